@@ -1,0 +1,51 @@
+// zen/comm/collectives.h — the collective helpers schemes build on, written
+// only against Communicator::Send/Recv.
+//
+// Peer pattern (see peer_pattern.h, unit-tested on its own): in step s of
+// 1..n-1, rank r sends to (r + s) mod n and receives from (r - s) mod n, with
+// all steps in flight at once. Every rank talks to a different peer at each
+// step, so no rank sees incast.
+//
+// Usage:
+//   // Each rank sends per_peer[p] to rank p and gets what every p sent it.
+//   std::vector<std::vector<std::byte>> got = zen::AllToAllV(comm, per_peer);
+//   std::vector<std::vector<std::byte>> all = zen::AllGatherV(comm, mine);
+//   zen::Barrier(comm);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "zen/comm/communicator.h"
+
+namespace zen {
+
+using ByteBuffer = std::vector<std::byte>;
+
+// Each rank passes send_counts[p] for every p; returns recv_counts[p], the
+// count rank p passed for this rank. recv_counts[rank] = send_counts[rank].
+std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts);
+
+// per_peer[p] goes to rank p (per_peer[rank] is returned to itself, never
+// sent). Sizes are exchanged first. Returns what each rank sent here.
+std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer);
+
+// Same, when receive sizes are already known (recv_sizes[p] from rank p).
+std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
+                                       std::span<const int64_t> recv_sizes);
+
+// Every rank contributes `mine`; returns all contributions indexed by rank.
+std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine);
+
+// Every rank contributes one int64; returns all of them indexed by rank.
+std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine);
+
+// Root's data is returned on every rank.
+ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data);
+
+// Returns once every rank has entered.
+void Barrier(Communicator& comm);
+
+}  // namespace zen

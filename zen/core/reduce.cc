@@ -1,0 +1,163 @@
+#include "zen/core/reduce.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+void CheckSameShape(const SparseTensor& a, const SparseTensor& b) {
+  if (a.rows() != b.rows() || a.width() != b.width()) {
+    throw InvalidArgument(Where{-1, a.name()}, "shape [", a.rows(), ", ", a.width(),
+                          "] does not match [", b.rows(), ", ", b.width(), "]");
+  }
+}
+
+}  // namespace
+
+void AddInto(std::span<float> dst, std::span<const float> src) {
+  if (dst.size() != src.size()) {
+    throw InvalidArgument("AddInto: sizes " + std::to_string(dst.size()) + " and " +
+                          std::to_string(src.size()) + " differ");
+  }
+  float* d = dst.data();
+  const float* s = src.data();
+  for (size_t i = 0, n = dst.size(); i < n; ++i) d[i] += s[i];
+}
+
+SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b) {
+  CheckSameShape(a, b);
+  const size_t w = static_cast<size_t>(a.width());
+  auto ia = a.ids(), ib = b.ids();
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  ids.reserve(ia.size() + ib.size());
+  values.reserve((ia.size() + ib.size()) * w);
+  size_t i = 0, j = 0;
+  while (i < ia.size() || j < ib.size()) {
+    if (j == ib.size() || (i < ia.size() && ia[i] < ib[j])) {
+      ids.push_back(ia[i]);
+      auto r = a.row(i++);
+      values.insert(values.end(), r.begin(), r.end());
+    } else if (i == ia.size() || ib[j] < ia[i]) {
+      ids.push_back(ib[j]);
+      auto r = b.row(j++);
+      values.insert(values.end(), r.begin(), r.end());
+    } else {
+      ids.push_back(ia[i]);
+      auto r = a.row(i++);
+      values.insert(values.end(), r.begin(), r.end());
+      AddInto(std::span<float>(values).last(w), b.row(j++));
+    }
+  }
+  return SparseTensor::FromSorted(a.rows(), a.width(), std::move(ids), std::move(values), a.name());
+}
+
+std::vector<int64_t> UnionIds(std::span<const SparseTensor> parts) {
+  std::vector<int64_t> ids;
+  size_t total = 0;
+  for (const auto& p : parts) total += p.nnz();
+  ids.reserve(total);
+  for (const auto& p : parts) ids.insert(ids.end(), p.ids().begin(), p.ids().end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+SparseTensor SumAll(std::span<const SparseTensor> parts) {
+  if (parts.empty()) throw InvalidArgument("SumAll needs at least one tensor");
+  for (const auto& p : parts) CheckSameShape(parts[0], p);
+  if (parts.size() == 1) return parts[0];
+  if (parts.size() == 2) return MergeSum(parts[0], parts[1]);
+  const size_t w = static_cast<size_t>(parts[0].width());
+  std::vector<int64_t> ids = UnionIds(parts);
+  std::vector<float> values(ids.size() * w, 0.0f);
+  for (const auto& p : parts) {
+    auto pid = p.ids();
+    size_t u = 0;
+    for (size_t i = 0; i < pid.size(); ++i) {
+      u = static_cast<size_t>(std::lower_bound(ids.begin() + u, ids.end(), pid[i]) - ids.begin());
+      AddInto(std::span<float>(values).subspan(u * w, w), p.row(i));
+    }
+  }
+  return SparseTensor::FromSorted(parts[0].rows(), parts[0].width(), std::move(ids),
+                                  std::move(values), parts[0].name());
+}
+
+DenseReference::DenseReference(std::span<const SparseTensor> inputs) {
+  if (inputs.empty()) throw InvalidArgument("DenseReference needs at least one tensor");
+  rows_ = inputs[0].rows();
+  width_ = inputs[0].width();
+  const size_t w = static_cast<size_t>(width_);
+  sum_.assign(static_cast<size_t>(rows_) * w, 0.0);
+  present_.assign(static_cast<size_t>(rows_), 0);
+  for (const auto& t : inputs) {
+    CheckSameShape(inputs[0], t);
+    auto ids = t.ids();
+    auto vals = t.values();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const size_t r = static_cast<size_t>(ids[i]);
+      present_[r] = 1;
+      for (size_t j = 0; j < w; ++j) sum_[r * w + j] += vals[i * w + j];
+    }
+  }
+  for (uint8_t p : present_) present_count_ += p;
+  for (double v : sum_) max_abs_ = std::max(max_abs_, std::fabs(v));
+}
+
+Agreement DenseReference::Compare(const SparseTensor& got) const {
+  Agreement out;
+  if (got.rows() != rows_ || got.width() != width_) {
+    out.max_rel_error = INFINITY;
+    out.rows_mismatch = present_count_ + static_cast<int64_t>(got.nnz());
+    return out;
+  }
+  const size_t w = static_cast<size_t>(width_);
+  std::vector<uint8_t> seen(present_.size(), 0);
+  double max_err = 0;
+  auto ids = got.ids();
+  auto vals = got.values();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const size_t r = static_cast<size_t>(ids[i]);
+    seen[r] = 1;
+    if (!present_[r]) ++out.rows_mismatch;
+    for (size_t j = 0; j < w; ++j) {
+      max_err = std::max(max_err, std::fabs(static_cast<double>(vals[i * w + j]) - sum_[r * w + j]));
+    }
+  }
+  for (size_t r = 0; r < present_.size(); ++r) {
+    if (present_[r] && !seen[r]) {
+      ++out.rows_mismatch;
+      for (size_t j = 0; j < w; ++j) max_err = std::max(max_err, std::fabs(sum_[r * w + j]));
+    }
+  }
+  out.max_rel_error = max_abs_ > 0 ? max_err / max_abs_ : max_err;
+  if (std::isnan(max_err)) out.max_rel_error = NAN;
+  return out;
+}
+
+Agreement DenseReference::CompareDense(std::span<const float> got) const {
+  Agreement out;
+  const size_t w = static_cast<size_t>(width_);
+  if (got.size() != sum_.size()) {
+    out.max_rel_error = INFINITY;
+    out.rows_mismatch = present_count_;
+    return out;
+  }
+  double max_err = 0;
+  for (size_t r = 0; r < present_.size(); ++r) {
+    bool nonzero = false;
+    for (size_t j = 0; j < w; ++j) {
+      const float g = got[r * w + j];
+      nonzero |= g != 0.0f;
+      max_err = std::max(max_err, std::fabs(static_cast<double>(g) - sum_[r * w + j]));
+    }
+    if (nonzero && !present_[r]) ++out.rows_mismatch;
+  }
+  out.max_rel_error = max_abs_ > 0 ? max_err / max_abs_ : max_err;
+  return out;
+}
+
+}  // namespace zen

@@ -1,0 +1,67 @@
+// zen/core/reduce.h — summing sparse tensors, and the dense reference every
+// result is checked against.
+//
+// MergeSum / SumAll are the reduction kernels schemes use (sorted-id merges;
+// a CUDA backend would replace them behind the same signatures).
+// DenseReference is deliberately independent of them: it scatters every
+// input into a dense double buffer, so a test that compares a scheme's result
+// with it does not share code with the scheme.
+//
+// Usage:
+//   SparseTensor sum = zen::SumAll(inputs);                // union of rows
+//   zen::DenseReference ref(inputs);                       // independent
+//   zen::Agreement a = ref.Compare(sum);
+//   EXPECT_LE(a.max_rel_error, 1e-5); EXPECT_EQ(a.rows_mismatch, 0);
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "zen/core/sparse_tensor.h"
+
+namespace zen {
+
+// dst[i] += src[i]; sizes must match.
+void AddInto(std::span<float> dst, std::span<const float> src);
+
+// a + b; the result has the union of both row sets. Shapes must match.
+SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b);
+
+// Sum of any number of tensors of one shape (at least one).
+SparseTensor SumAll(std::span<const SparseTensor> parts);
+
+// Sorted union of the row ids of all parts.
+std::vector<int64_t> UnionIds(std::span<const SparseTensor> parts);
+
+// How far a result is from the reference.
+struct Agreement {
+  double max_rel_error = 0;   // max |got - ref| / max |ref| (absolute if ref is all zero)
+  int64_t rows_mismatch = 0;  // rows present in exactly one of got and ref
+};
+
+// The dense sum of N inputs in double precision, with the set of present rows.
+class DenseReference {
+ public:
+  explicit DenseReference(std::span<const SparseTensor> inputs);
+
+  Agreement Compare(const SparseTensor& got) const;
+  // For results written back into a dense buffer: rows_mismatch counts
+  // present rows that are non-zero in neither (cannot tell cancellation), so
+  // only value errors and rows that should be zero but are not are counted.
+  Agreement CompareDense(std::span<const float> got) const;
+
+  int64_t rows() const { return rows_; }
+  int64_t width() const { return width_; }
+  int64_t present_rows() const { return present_count_; }
+
+ private:
+  int64_t rows_ = 0;
+  int64_t width_ = 0;
+  int64_t present_count_ = 0;
+  double max_abs_ = 0;
+  std::vector<double> sum_;
+  std::vector<uint8_t> present_;
+};
+
+}  // namespace zen

@@ -1,0 +1,145 @@
+#include "zen/core/sparse_tensor.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+bool RowIsZero(std::span<const float> row) {
+  return std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; });
+}
+
+void CheckValueCount(size_t nnz, int64_t width, size_t values, const std::string& name) {
+  const size_t want = nnz * static_cast<size_t>(width);
+  if (values != want) {
+    throw InvalidArgument(Where{-1, name}, "values has ", values, " floats, expected ", nnz,
+                          " ids x width ", width, " = ", want);
+  }
+}
+
+void CheckRange(std::span<const int64_t> ids, int64_t rows, const std::string& name) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= rows) {
+      throw InvalidArgument(Where{-1, name}, "id ", ids[i], " at position ", i,
+                            " is outside [0, ", rows, ")");
+    }
+  }
+}
+
+}  // namespace
+
+void ValidateShape(int64_t rows, int64_t width, const std::string& name) {
+  if (rows < 1) throw InvalidArgument(Where{-1, name}, "rows must be >= 1, got ", rows);
+  if (width < 1) throw InvalidArgument(Where{-1, name}, "width must be >= 1, got ", width);
+}
+
+SparseTensor::SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                           std::vector<float> values, std::string name)
+    : rows_(rows), width_(width), ids_(std::move(ids)), values_(std::move(values)),
+      name_(std::move(name)) {}
+
+SparseTensor SparseTensor::Empty(int64_t rows, int64_t width, std::string name) {
+  ValidateShape(rows, width, name);
+  return SparseTensor(rows, width, {}, {}, std::move(name));
+}
+
+SparseTensor SparseTensor::FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                                      std::vector<float> values, std::string name) {
+  ValidateShape(rows, width, name);
+  CheckValueCount(ids.size(), width, values.size(), name);
+  CheckRange(ids, rows, name);
+  for (size_t i = 1; i < ids.size(); ++i) {
+    if (ids[i] <= ids[i - 1]) {
+      throw InvalidArgument(Where{-1, name}, "ids not sorted and unique: id ", ids[i],
+                            " at position ", i, " follows ", ids[i - 1]);
+    }
+  }
+  return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
+}
+
+SparseTensor SparseTensor::FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                                   std::vector<float> values, Duplicates duplicates,
+                                   std::string name) {
+  ValidateShape(rows, width, name);
+  CheckValueCount(ids.size(), width, values.size(), name);
+  CheckRange(ids, rows, name);
+  if (std::is_sorted(ids.begin(), ids.end()) &&
+      std::adjacent_find(ids.begin(), ids.end()) == ids.end()) {
+    return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
+  }
+  std::vector<size_t> order(ids.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  const size_t w = static_cast<size_t>(width);
+  std::vector<int64_t> out_ids;
+  std::vector<float> out_values;
+  out_ids.reserve(ids.size());
+  out_values.reserve(values.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t src = order[k];
+    const float* row = values.data() + src * w;
+    if (!out_ids.empty() && out_ids.back() == ids[src]) {
+      if (duplicates == Duplicates::kReject) {
+        throw InvalidArgument(Where{-1, name}, "duplicate id ", ids[src], " at positions ",
+                              order[k - 1], " and ", src);
+      }
+      float* dst = out_values.data() + (out_ids.size() - 1) * w;
+      for (size_t j = 0; j < w; ++j) dst[j] += row[j];
+      continue;
+    }
+    out_ids.push_back(ids[src]);
+    out_values.insert(out_values.end(), row, row + w);
+  }
+  return SparseTensor(rows, width, std::move(out_ids), std::move(out_values), std::move(name));
+}
+
+SparseTensor SparseTensor::FromDense(std::span<const float> dense, int64_t rows, int64_t width,
+                                     std::string name) {
+  ValidateShape(rows, width, name);
+  const size_t w = static_cast<size_t>(width);
+  if (dense.size() != static_cast<size_t>(rows) * w) {
+    throw InvalidArgument(Where{-1, name}, "dense buffer has ", dense.size(),
+                          " floats, expected rows ", rows, " x width ", width);
+  }
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  for (int64_t r = 0; r < rows; ++r) {
+    auto row = dense.subspan(static_cast<size_t>(r) * w, w);
+    if (RowIsZero(row)) continue;
+    ids.push_back(r);
+    values.insert(values.end(), row.begin(), row.end());
+  }
+  return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
+}
+
+std::span<const float> SparseTensor::row(size_t i) const {
+  const size_t w = static_cast<size_t>(width_);
+  return std::span<const float>(values_).subspan(i * w, w);
+}
+
+double SparseTensor::density() const {
+  return rows_ == 0 ? 0.0 : static_cast<double>(ids_.size()) / static_cast<double>(rows_);
+}
+
+std::vector<float> SparseTensor::ToDense() const {
+  std::vector<float> out(static_cast<size_t>(rows_) * static_cast<size_t>(width_));
+  ToDense(out);
+  return out;
+}
+
+void SparseTensor::ToDense(std::span<float> out) const {
+  const size_t w = static_cast<size_t>(width_);
+  if (out.size() != static_cast<size_t>(rows_) * w) {
+    throw InvalidArgument(Where{-1, name_}, "dense output has ", out.size(),
+                          " floats, expected rows ", rows_, " x width ", width_);
+  }
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    std::copy_n(values_.data() + i * w, w, out.data() + static_cast<size_t>(ids_[i]) * w);
+  }
+}
+
+}  // namespace zen

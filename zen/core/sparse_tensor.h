@@ -1,0 +1,104 @@
+// zen/core/sparse_tensor.h — the row-sparse tensor every scheme consumes and
+// produces.
+//
+// A SparseTensor stands for a dense [rows x width] float matrix of which only
+// the rows listed in `ids` may be non-zero. ids are sorted, unique int64 in
+// [0, rows); values hold nnz x width floats, row-major, row i of `values`
+// belonging to ids[i]. width 1 is an element-sparse tensor (top-k gradients);
+// width > 1 is an embedding gradient. Sizes are int64/size_t throughout:
+// rows above 2^31 and value arrays above 2 GiB work.
+//
+// A row that is listed is "present" even if all its values are zero: the
+// global sum of N tensors has exactly the union of their rows.
+//
+// Usage:
+//   auto t = zen::SparseTensor::FromCoo(/*rows=*/50000, /*width=*/64,
+//                                       {7, 3, 7}, values,  // 3 x 64 floats
+//                                       zen::Duplicates::kSum);
+//   // t.ids() == {3, 7}; row 7 holds the sum of the two rows given for 7.
+//   std::vector<float> dense = t.ToDense();   // 50000 x 64
+//   auto back = zen::SparseTensor::FromDense(dense, 50000, 64);  // zero rows skipped
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace zen {
+
+// What FromCoo does with an id that appears more than once.
+enum class Duplicates {
+  kReject,  // InvalidArgument naming the id and both positions.
+  kSum,     // rows with the same id are summed (coalesced).
+};
+
+class SparseTensor {
+ public:
+  // An empty 0 x 0 tensor (a placeholder; not a valid sync input).
+  SparseTensor() = default;
+
+  // A tensor with no present rows. rows >= 1 and width >= 1.
+  static SparseTensor Empty(int64_t rows, int64_t width, std::string name = {});
+
+  // From COO input in any order. Validates every id against [0, rows) and
+  // values.size() == ids.size() * width; sorts; handles duplicates as told.
+  static SparseTensor FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                              std::vector<float> values, Duplicates duplicates = Duplicates::kReject,
+                              std::string name = {});
+
+  // From ids the caller guarantees to be sorted and unique (e.g. produced by
+  // a merge). Still checked in O(nnz); a violation is InvalidArgument.
+  static SparseTensor FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                                 std::vector<float> values, std::string name = {});
+
+  // From a dense row-major [rows x width] buffer: rows whose values are all
+  // zero are skipped (for width 1: zero elements).
+  static SparseTensor FromDense(std::span<const float> dense, int64_t rows, int64_t width,
+                                std::string name = {});
+
+  int64_t rows() const { return rows_; }
+  int64_t width() const { return width_; }
+  size_t nnz() const { return ids_.size(); }
+  bool empty() const { return ids_.empty(); }
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  std::span<const int64_t> ids() const { return ids_; }
+  std::span<const float> values() const { return values_; }
+  std::span<float> mutable_values() { return values_; }
+  // The width values of the i-th present row (not row id i).
+  std::span<const float> row(size_t i) const;
+
+  // nnz / rows.
+  double density() const;
+  // Bytes of one row's values.
+  size_t row_bytes() const { return static_cast<size_t>(width_) * sizeof(float); }
+
+  // Dense [rows x width] copy; absent rows are zero.
+  std::vector<float> ToDense() const;
+  // Writes the dense form into out (size rows * width): absent rows zeroed.
+  void ToDense(std::span<float> out) const;
+
+  // Moves the storage out (for schemes that reuse buffers).
+  std::vector<int64_t> TakeIds() && { return std::move(ids_); }
+  std::vector<float> TakeValues() && { return std::move(values_); }
+
+  friend bool operator==(const SparseTensor&, const SparseTensor&) = default;
+
+ private:
+  SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids, std::vector<float> values,
+               std::string name);
+
+  int64_t rows_ = 0;
+  int64_t width_ = 0;
+  std::vector<int64_t> ids_;
+  std::vector<float> values_;
+  std::string name_;
+};
+
+// Checks rows >= 1 and width >= 1; InvalidArgument naming the tensor otherwise.
+void ValidateShape(int64_t rows, int64_t width, const std::string& name);
+
+}  // namespace zen

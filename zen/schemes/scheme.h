@@ -1,0 +1,92 @@
+// zen/schemes/scheme.h — the interface every synchronization scheme
+// implements, and what a scheme needs to know to say whether it can serve an
+// input.
+//
+// A scheme takes this rank's sparse gradient and returns the global sum,
+// identical on every rank, with exactly the union of the inputs' rows. The
+// public Sync() validates the input and checks, with one small metadata
+// exchange, that all ranks agree on shape and scheme before any data moves;
+// subclasses implement DoSync() and see only the Communicator.
+//
+// Usage:
+//   zen::SchemeRegistry registry = zen::BuiltinSchemes();
+//   std::unique_ptr<zen::Scheme> s = registry.Create("agsparse");
+//   zen::SparseTensor sum = s->Sync(comm, local);
+//   // Dense gradient buffer (a DDP bucket): zero rows are skipped, the sum
+//   // is written back in place.
+//   s->SyncDense(comm, bucket_span, rows, width, "bucket0");
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "zen/comm/communicator.h"
+#include "zen/core/sparse_tensor.h"
+
+namespace zen {
+
+// What a scheme (and the cost model) may know about an input before syncing.
+// Fields not measured yet are left at their defaults.
+struct SparsityProfile {
+  int world_size = 1;
+  int64_t rows = 0;
+  int64_t width = 1;
+  size_t value_bytes = sizeof(float);
+  size_t index_bytes = sizeof(int64_t);
+  double density = 0;         // mean per-rank fraction of present rows
+  std::vector<double> gamma;  // gamma[k-1] = union density of k ranks / density; gamma[0] = 1
+  double skewness = 1;        // max over n even ranges of range density / mean density
+};
+
+// Answer of Scheme::supports(): ok, or not with a reason the selector logs.
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support Yes() { return {}; }
+  static Support No(std::string why) { return {false, std::move(why)}; }
+};
+
+// Options shared by all schemes; a scheme ignores what it does not use.
+struct SchemeOptions {
+  uint64_t seed = 0x5eed2e7ULL;   // hash seed (ZEN); agreed across ranks by Sync
+  bool check_agreement = true;    // metadata exchange before data moves
+  int64_t block_values = 256;     // block size (OmniReduce)
+  int threads = 0;                // local worker threads; 0 = hardware concurrency
+};
+
+class Scheme {
+ public:
+  virtual ~Scheme() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual std::string_view description() const = 0;
+  virtual Support supports(const SparsityProfile& profile) const;
+
+  // The global sum of `local` over all ranks of comm. Throws InvalidArgument
+  // for a bad local tensor, MismatchError when ranks disagree (on every
+  // rank), TransportError when the network fails.
+  SparseTensor Sync(Communicator& comm, const SparseTensor& local);
+
+  // Dense-buffer entry: buffer is [rows x width] row-major; rows that are
+  // all zero are not sent; the global sum is written back into buffer.
+  void SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
+                 std::string_view tensor = {});
+
+ protected:
+  virtual SparseTensor DoSync(Communicator& comm, const SparseTensor& local) = 0;
+  // Override when the scheme can consume a dense buffer directly (ZEN's
+  // hierarchical-hash extraction). The default extracts non-zero rows,
+  // calls DoSync and scatters the result back.
+  virtual void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
+                           int64_t width, std::string_view tensor);
+};
+
+// Exchanges (rows, width, scheme name, call number) with all ranks and throws
+// MismatchError on every rank if any differ. Called by Sync/SyncDense.
+void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
+                     std::string_view tensor);
+
+}  // namespace zen
