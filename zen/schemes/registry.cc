@@ -3,6 +3,10 @@
 #include "zen/core/error.h"
 #include "zen/schemes/agsparse.h"
 #include "zen/schemes/dense_ring.h"
+#include "zen/schemes/omnireduce.h"
+#include "zen/schemes/sparcml.h"
+#include "zen/schemes/sparse_ps.h"
+#include "zen/schemes/zen.h"
 
 namespace zen {
 
@@ -39,6 +43,10 @@ SchemeRegistry BuiltinSchemes() {
   SchemeRegistry r;
   r.Add(DenseRingInfo());
   r.Add(AgSparseInfo());
+  r.Add(SparcmlInfo());
+  r.Add(OmniReduceInfo());
+  r.Add(SparsePsInfo());
+  r.Add(ZenInfo());
   // Further schemes register here, one line each.
   return r;
 }

@@ -75,6 +75,11 @@ class Scheme {
   void SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
                  std::string_view tensor = {});
 
+  // The metadata exchange before data moves (on by default). A scheme that
+  // delegates to another (auto) turns it off on the delegate.
+  void set_check_agreement(bool on) { check_agreement_ = on; }
+  bool check_agreement() const { return check_agreement_; }
+
  protected:
   virtual SparseTensor DoSync(Communicator& comm, const SparseTensor& local) = 0;
   // Override when the scheme can consume a dense buffer directly (ZEN's
@@ -82,11 +87,22 @@ class Scheme {
   // calls DoSync and scatters the result back.
   virtual void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
                            int64_t width, std::string_view tensor);
+
+ private:
+  bool check_agreement_ = true;
 };
 
-// Exchanges (rows, width, scheme name, call number) with all ranks and throws
-// MismatchError on every rank if any differ. Called by Sync/SyncDense.
+// The tag reserved for the metadata exchange (collectives use NextTag(),
+// which starts above it), so the exchange matches even when ranks have
+// drifted apart in call order.
+inline constexpr Tag kControlTag = 0;
+
+// Exchanges (rows, width, dtype, scheme, call number, local error flag) with
+// all ranks and throws on every rank if any differ: MismatchError naming the
+// first disagreeing rank and both values, or InvalidArgument when some rank
+// reported bad local input (`local_error`, empty when fine). Sends
+// (n-1) x 48 bytes per rank. Called by Sync/SyncDense.
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
-                     std::string_view tensor);
+                     std::string_view tensor, const std::string& local_error = {});
 
 }  // namespace zen

@@ -1,0 +1,46 @@
+// tools/zen/bench.h — pieces of `zen bench`: the workload, one worker's
+// measurement loop, the launcher of worker processes, and the report.
+//
+// Every rank regenerates (synthetic) or reads (trace) all ranks' inputs, so
+// each can check its result against the independent dense reference; timing
+// and byte figures are measured per rank (wall clock around Sync, the
+// communicator's byte counters) and gathered to rank 0, which prints.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/zen/flags.h"
+#include "zen/comm/communicator.h"
+#include "zen/core/sparse_tensor.h"
+
+namespace zen::cli {
+
+struct Workload {
+  std::string source;  // "trace:PATH#TENSOR" or the synthetic spec
+  std::vector<SparseTensor> per_rank;
+};
+
+// From --trace FILE [--tensor NAME] or --synthetic SPEC, else the shipped
+// default trace (or a synthetic fallback when it is not installed).
+Workload LoadWorkload(const Flags& flags, int world);
+
+struct BenchConfig {
+  std::vector<std::string> schemes;
+  int iters = 5;
+  int warmup = 1;
+  bool progress = false;
+  int threads = 0;
+};
+
+// Runs every scheme on this rank and returns, on rank 0, the gathered
+// report (JSON as documented in docs/benchmark.md); other ranks get null.
+nlohmann::json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config);
+
+// Prints the human-readable table of a report.
+void PrintReport(const nlohmann::json& report);
+
+}  // namespace zen::cli

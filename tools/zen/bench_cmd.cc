@@ -1,0 +1,114 @@
+// `zen bench`: run schemes on N real worker processes and print a table.
+//
+// Without --rank, the command is the launcher: it makes a FileStore in a
+// temporary directory, starts N copies of itself with --rank 0..N-1 (rank 0
+// prints the report), and fails as soon as any worker fails, killing the
+// rest. With --rank R --world N --rendezvous URL it is one worker of a job
+// that may span machines.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tools/zen/bench.h"
+#include "tools/zen/launcher.h"
+#include "tools/zen/registry_view.h"
+#include "zen/comm/gloo_communicator.h"
+#include "zen/core/error.h"
+
+namespace zen::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: zen bench [--world N] [--trace FILE [--tensor NAME] | --synthetic SPEC]
+                 [--schemes LIST|all] [--iters K] [--warmup W] [--json OUT] [--quiet]
+                 [--rank R --rendezvous URL [--hostname ADDR]] [--timeout-s S]
+
+Runs every scheme on N real worker processes (default 8) over Gloo TCP and
+prints, per scheme: median/min time (slowest rank per iteration), bytes
+sent/received per rank (max and mean, from the communicator's counters),
+received bytes over the must-receive lower bound, the max relative error vs
+the dense reference, and rows mismatched.
+
+  --trace FILE       a zen-trace/1 file (default: the shipped GCIDE trace)
+  --tensor NAME      tensor of the trace (default: its first)
+  --synthetic SPEC   zipf:rows=R,width=W,density=D,skew=S[,seed=X]
+  --schemes LIST     comma-separated scheme ids, or all (default)
+  --iters K          measured iterations (default 5); --warmup W (default 1)
+  --json OUT         also write the report as JSON (docs/benchmark.md)
+  --quiet            no progress display (also off when stderr is no terminal)
+  --rank R           run one worker of a multi-machine job (with --world,
+  --rendezvous URL   file:DIR or redis://HOST:PORT; --hostname: address to bind)
+  --timeout-s S      per-operation transport timeout (default 60)
+)";
+
+const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", "schemes",
+                                       "iters", "warmup", "json", "rank", "rendezvous",
+                                       "hostname", "timeout-s", "threads", "prefix"};
+const std::set<std::string> kSwitches = {"quiet", "help", "progress"};
+
+BenchConfig Config(const Flags& flags) {
+  BenchConfig c;
+  const std::string list = flags.Str("schemes", "all");
+  const SchemeRegistry registry = CliSchemes();
+  c.schemes = list == "all" ? registry.ids() : SplitList(list);
+  for (const auto& s : c.schemes) {
+    if (!registry.Find(s)) registry.Create(s);  // throws naming the known ids
+  }
+  c.iters = static_cast<int>(flags.Int("iters", 5));
+  c.warmup = static_cast<int>(flags.Int("warmup", 1));
+  if (c.iters < 1 || c.warmup < 0) throw InvalidArgument("--iters must be >= 1, --warmup >= 0");
+  c.progress = flags.Has("progress");
+  c.threads = static_cast<int>(flags.Int("threads", 0));
+  return c;
+}
+
+int RunOneWorker(const Flags& flags) {
+  const int world = static_cast<int>(flags.Int("world", 8));
+  const int rank = static_cast<int>(flags.Int("rank", 0));
+  if (rank < 0 || rank >= world) {
+    throw InvalidArgument("--rank " + std::to_string(rank) + " is outside [0, " +
+                          std::to_string(world) + ")");
+  }
+  const BenchConfig config = Config(flags);
+  const Workload workload = LoadWorkload(flags, world);
+  GlooOptions options;
+  options.rendezvous = flags.Str("rendezvous", "");
+  if (options.rendezvous.empty()) throw InvalidArgument("--rank needs --rendezvous URL");
+  options.hostname = flags.Str("hostname", "127.0.0.1");
+  options.prefix = flags.Str("prefix", "zen-bench");
+  options.timeout = std::chrono::milliseconds(flags.Int("timeout-s", 60) * 1000);
+  auto comm = ConnectGloo(rank, world, options);
+  const nlohmann::json report = RunWorker(*comm, workload, config);
+  if (rank != 0) return 0;
+  PrintReport(report);
+  if (auto out = flags.Get("json")) {
+    std::ofstream f(*out);
+    f << report.dump(2) << "\n";
+    if (!f) throw InvalidArgument("cannot write --json " + *out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunBench(Args args) {
+  Flags flags(args, kValues, kSwitches);
+  if (flags.Has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  if (flags.Has("rank")) return RunOneWorker(flags);
+  const int world = static_cast<int>(flags.Int("world", 8));
+  if (world < 1) throw InvalidArgument("--world must be >= 1");
+  Config(flags);                 // fail fast on bad options, before spawning
+  LoadWorkload(flags, world);    // and on a bad workload
+  const bool progress = !flags.Has("quiet") && isatty(STDERR_FILENO);
+  return LaunchLocalWorkers(args, world, progress);
+}
+
+}  // namespace zen::cli

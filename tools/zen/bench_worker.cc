@@ -1,0 +1,187 @@
+// One rank of `zen bench`: the measurement loop and the gather to rank 0.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "tools/zen/bench.h"
+#include "tools/zen/registry_view.h"
+#include "zen/comm/collectives.h"
+#include "zen/core/error.h"
+#include "zen/core/reduce.h"
+
+namespace zen::cli {
+namespace {
+
+using nlohmann::json;
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// This rank's measurements of one scheme.
+json MeasureScheme(Communicator& comm, const std::string& id, const Workload& workload,
+                   const DenseReference& reference, const BenchConfig& config, int index) {
+  SchemeOptions options;
+  options.threads = config.threads;
+  auto scheme = CliSchemes().Create(id, options);
+  const SparseTensor& local = workload.per_rank[static_cast<size_t>(comm.rank())];
+  json out = {{"scheme", id}};
+  std::vector<double> times;
+  double max_err = 0, cpu = 0;
+  int64_t mismatch = 0;
+  uint64_t sent = 0, recv = 0;
+  const int total = config.warmup + config.iters;
+  for (int it = 0; it < total; ++it) {
+    if (config.progress && comm.rank() == 0) {
+      std::fprintf(stderr, "\r  scheme %d of %zu (%-10s) iteration %d of %d   ", index + 1,
+                   config.schemes.size(), id.c_str(), it + 1, total);
+    }
+    Barrier(comm);
+    comm.ResetCounters();
+    const double cpu0 = CpuSeconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    const SparseTensor sum = scheme->Sync(comm, local);
+    const auto t1 = std::chrono::steady_clock::now();
+    const double cpu1 = CpuSeconds();
+    sent = comm.counters().total_sent();
+    recv = comm.counters().total_recv();
+    const Agreement a = reference.Compare(sum);
+    max_err = std::max(max_err, a.max_rel_error);
+    mismatch = std::max(mismatch, a.rows_mismatch);
+    if (it >= config.warmup) {
+      times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      cpu += cpu1 - cpu0;
+    }
+  }
+  out["times"] = times;
+  out["bytes_sent"] = sent;
+  out["bytes_recv"] = recv;
+  out["max_rel_error"] = max_err;
+  out["rows_mismatch"] = mismatch;
+  out["cpu_s"] = times.empty() ? 0.0 : cpu / static_cast<double>(times.size());
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Combines the ranks' measurements of one scheme.
+json Combine(const std::vector<json>& ranks) {
+  json out = {{"scheme", ranks[0]["scheme"]}};
+  if (ranks[0].contains("error")) {
+    out["error"] = ranks[0]["error"];
+    return out;
+  }
+  const size_t iters = ranks[0]["times"].size();
+  std::vector<double> per_iter(iters, 0.0);
+  std::vector<uint64_t> sent, recv;
+  std::vector<double> cpu;
+  double err = 0;
+  int64_t mismatch = 0;
+  for (const json& r : ranks) {
+    for (size_t i = 0; i < iters; ++i) per_iter[i] = std::max(per_iter[i], r["times"][i].get<double>());
+    sent.push_back(r["bytes_sent"].get<uint64_t>());
+    recv.push_back(r["bytes_recv"].get<uint64_t>());
+    cpu.push_back(r["cpu_s"].get<double>());
+    err = std::max(err, r["max_rel_error"].get<double>());
+    mismatch = std::max(mismatch, r["rows_mismatch"].get<int64_t>());
+  }
+  const auto mean = [](const auto& v) {
+    double s = 0;
+    for (auto x : v) s += static_cast<double>(x);
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  out["time_s_median"] = Median(per_iter);
+  out["time_s_min"] = per_iter.empty() ? 0 : *std::min_element(per_iter.begin(), per_iter.end());
+  out["time_s_max"] = per_iter.empty() ? 0 : *std::max_element(per_iter.begin(), per_iter.end());
+  out["times_s"] = per_iter;
+  out["bytes_sent_max"] = *std::max_element(sent.begin(), sent.end());
+  out["bytes_sent_mean"] = mean(sent);
+  out["bytes_recv_max"] = *std::max_element(recv.begin(), recv.end());
+  out["bytes_recv_mean"] = mean(recv);
+  out["bytes_sent_per_rank"] = sent;
+  out["bytes_recv_per_rank"] = recv;
+  out["cpu_s_per_rank"] = cpu;
+  out["max_rel_error"] = err;
+  out["rows_mismatch"] = mismatch;
+  return out;
+}
+
+// Per-rank must-receive bytes: every row of the sum this rank does not hold
+// alone, times the row bytes (see docs/performance.md, "The limit").
+std::vector<uint64_t> LowerBoundBytes(const std::vector<SparseTensor>& inputs) {
+  std::map<int64_t, int> holders;
+  for (const auto& t : inputs)
+    for (int64_t id : t.ids()) ++holders[id];
+  std::vector<uint64_t> out;
+  for (const auto& t : inputs) {
+    int64_t alone = 0;
+    for (int64_t id : t.ids()) alone += holders[id] == 1;
+    out.push_back(static_cast<uint64_t>(static_cast<int64_t>(holders.size()) - alone) * t.row_bytes());
+  }
+  return out;
+}
+
+json TensorSummary(const Workload& workload) {
+  std::vector<uint64_t> nnz;
+  for (const auto& t : workload.per_rank) nnz.push_back(t.nnz());
+  const std::vector<int64_t> u = UnionIds(workload.per_rank);
+  const std::vector<uint64_t> bound = LowerBoundBytes(workload.per_rank);
+  const SparseTensor& t0 = workload.per_rank[0];
+  return {{"source", workload.source},
+          {"name", t0.name()},
+          {"rows", t0.rows()},
+          {"width", t0.width()},
+          {"nnz_per_rank", nnz},
+          {"union_rows", u.size()},
+          {"lower_bound_bytes_per_rank", bound},
+          {"lower_bound_bytes_max", *std::max_element(bound.begin(), bound.end())}};
+}
+
+}  // namespace
+
+json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config) {
+  const DenseReference reference(workload.per_rank);
+  std::vector<json> mine;
+  for (size_t k = 0; k < config.schemes.size(); ++k) {
+    const std::string& id = config.schemes[k];
+    try {
+      mine.push_back(MeasureScheme(comm, id, workload, reference, config, static_cast<int>(k)));
+    } catch (const TransportError&) {
+      throw;
+    } catch (const Error& e) {
+      // Input and mismatch errors are raised on every rank alike: report and go on.
+      mine.push_back({{"scheme", id}, {"error", e.what()}});
+    }
+  }
+  if (config.progress && comm.rank() == 0) std::fprintf(stderr, "\r%70s\r", "");
+  const std::string text = json(mine).dump();
+  const auto gathered = AllGatherV(comm, std::as_bytes(std::span<const char>(text)));
+  if (comm.rank() != 0) return nullptr;
+  std::vector<std::vector<json>> by_rank;
+  for (const ByteBuffer& b : gathered) {
+    by_rank.push_back(json::parse(std::string(reinterpret_cast<const char*>(b.data()), b.size())));
+  }
+  json report = {{"world_size", comm.size()}, {"tensor", TensorSummary(workload)},
+                 {"iters", config.iters},     {"warmup", config.warmup}};
+  json results = json::array();
+  for (size_t k = 0; k < config.schemes.size(); ++k) {
+    std::vector<json> ranks;
+    for (const auto& r : by_rank) ranks.push_back(r[k]);
+    results.push_back(Combine(ranks));
+  }
+  report["results"] = results;
+  return report;
+}
+
+}  // namespace zen::cli

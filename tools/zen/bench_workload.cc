@@ -1,0 +1,60 @@
+// The workload of `zen bench`: a trace tensor, a synthetic spec, or the
+// shipped default trace.
+#include <filesystem>
+
+#include "tools/zen/bench.h"
+#include "zen/core/error.h"
+#include "zen/workload/synthetic.h"
+#include "zen/workload/trace.h"
+
+#ifndef ZEN_DEFAULT_TRACE
+#define ZEN_DEFAULT_TRACE ""
+#endif
+
+namespace zen::cli {
+namespace {
+
+// The shipped trace: $ZEN_DEFAULT_TRACE, else the path compiled in (source
+// tree or install prefix).
+std::string DefaultTracePath() {
+  if (const char* env = std::getenv("ZEN_DEFAULT_TRACE"); env && *env) return env;
+  return ZEN_DEFAULT_TRACE;
+}
+
+Workload FromTrace(const std::string& path, const std::string& tensor, int world) {
+  TraceReader reader(path);
+  if (world > reader.world_size()) {
+    throw InvalidArgument("trace " + path + " holds " + std::to_string(reader.world_size()) +
+                          " ranks; --world " + std::to_string(world) + " needs at least as many");
+  }
+  if (reader.tensors().empty()) throw InvalidArgument("trace " + path + " holds no tensor");
+  const std::string name = tensor.empty() ? reader.tensors().front().name : tensor;
+  Workload w;
+  w.source = "trace " + std::filesystem::path(path).filename().string() + " tensor " + name +
+             (world < reader.world_size() ? " (first " + std::to_string(world) + " of " +
+                                                std::to_string(reader.world_size()) + " ranks)"
+                                          : "");
+  for (int r = 0; r < world; ++r) w.per_rank.push_back(reader.ReadRank(name, r));
+  return w;
+}
+
+}  // namespace
+
+Workload LoadWorkload(const Flags& flags, int world) {
+  if (flags.Has("trace") && flags.Has("synthetic")) {
+    throw InvalidArgument("give either --trace or --synthetic, not both");
+  }
+  if (auto spec = flags.Get("synthetic")) {
+    const SyntheticSpec s = ParseSyntheticSpec(*spec);
+    return {"synthetic " + ToString(s), GenerateSynthetic(s, world)};
+  }
+  if (auto path = flags.Get("trace")) return FromTrace(*path, flags.Str("tensor", ""), world);
+  const std::string def = DefaultTracePath();
+  if (!def.empty() && std::filesystem::exists(def)) {
+    return FromTrace(def, flags.Str("tensor", ""), world);
+  }
+  const SyntheticSpec s = ParseSyntheticSpec("zipf:rows=32000,width=64,density=0.02,skew=1.1");
+  return {"synthetic " + ToString(s) + " (default trace not found)", GenerateSynthetic(s, world)};
+}
+
+}  // namespace zen::cli

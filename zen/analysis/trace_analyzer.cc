@@ -1,0 +1,1 @@
+// Placeholder; the trace analyzer lands here.

@@ -1,0 +1,200 @@
+#include "zen/comm/collectives.h"
+
+#include <memory>
+
+#include "zen/comm/peer_pattern.h"
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+using Requests = std::vector<std::unique_ptr<Request>>;
+
+// Waits for every request in order. The first failure propagates; the
+// requests still pending are then destroyed, which bounds their wait by the
+// communicator timeout (see Request).
+void WaitAll(Requests& requests) {
+  for (auto& r : requests) r->Wait();
+}
+
+void CheckPerPeer(const Communicator& comm, size_t got, const char* what) {
+  if (got != static_cast<size_t>(comm.size())) {
+    throw InvalidArgument(Where{comm.rank()}, what, " has ", got, " entries, expected one per rank (",
+                          comm.size(), ")");
+  }
+}
+
+ByteBuffer Copy(std::span<const std::byte> s) { return ByteBuffer(s.begin(), s.end()); }
+
+}  // namespace
+
+std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts) {
+  CheckPerPeer(comm, send_counts.size(), "ExchangeCounts: send_counts");
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (int p = 0; p < n; ++p) {
+    if (send_counts[static_cast<size_t>(p)] < 0) {
+      throw InvalidArgument(Where{r}, "ExchangeCounts: count ", send_counts[static_cast<size_t>(p)],
+                            " for rank ", p, " is negative");
+    }
+  }
+  std::vector<int64_t> recv_counts(static_cast<size_t>(n), 0);
+  recv_counts[static_cast<size_t>(r)] = send_counts[static_cast<size_t>(r)];
+  if (n == 1) return recv_counts;
+  const Tag tag = comm.NextTag();
+  Requests reqs;
+  reqs.reserve(2 * static_cast<size_t>(n - 1));
+  for (int s = 1; s < n; ++s) {
+    const auto from = static_cast<size_t>(AllToAllRecvPeer(r, n, s));
+    reqs.push_back(comm.Recv(static_cast<int>(from), tag,
+                             std::as_writable_bytes(std::span(&recv_counts[from], 1))));
+  }
+  for (int s = 1; s < n; ++s) {
+    const auto to = static_cast<size_t>(AllToAllSendPeer(r, n, s));
+    reqs.push_back(comm.Send(static_cast<int>(to), tag, std::as_bytes(send_counts.subspan(to, 1))));
+  }
+  WaitAll(reqs);
+  for (int p = 0; p < n; ++p) {
+    if (recv_counts[static_cast<size_t>(p)] < 0) {
+      throw FormatError(Where{r}, "ExchangeCounts: rank ", p, " announced a negative count ",
+                        recv_counts[static_cast<size_t>(p)]);
+    }
+  }
+  return recv_counts;
+}
+
+std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
+                                       std::span<const int64_t> recv_sizes) {
+  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
+  CheckPerPeer(comm, recv_sizes.size(), "AllToAllV: recv_sizes");
+  const int n = comm.size();
+  const int r = comm.rank();
+  std::vector<ByteBuffer> out(static_cast<size_t>(n));
+  out[static_cast<size_t>(r)] = per_peer[static_cast<size_t>(r)];
+  if (n == 1) return out;
+  const Tag tag = comm.NextTag();
+  Requests reqs;
+  reqs.reserve(2 * static_cast<size_t>(n - 1));
+  for (int s = 1; s < n; ++s) {
+    const int from = AllToAllRecvPeer(r, n, s);
+    const int64_t size = recv_sizes[static_cast<size_t>(from)];
+    if (size < 0) {
+      throw InvalidArgument(Where{r}, "AllToAllV: receive size ", size, " from rank ", from,
+                            " is negative");
+    }
+    ByteBuffer& buf = out[static_cast<size_t>(from)];
+    buf.resize(static_cast<size_t>(size));
+    reqs.push_back(comm.Recv(from, tag, buf));
+  }
+  for (int s = 1; s < n; ++s) {
+    const int to = AllToAllSendPeer(r, n, s);
+    reqs.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
+  }
+  WaitAll(reqs);
+  return out;
+}
+
+std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer) {
+  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
+  std::vector<int64_t> sizes(per_peer.size());
+  for (size_t p = 0; p < per_peer.size(); ++p) sizes[p] = static_cast<int64_t>(per_peer[p].size());
+  const std::vector<int64_t> recv_sizes = ExchangeCounts(comm, sizes);
+  return AllToAllVKnown(comm, per_peer, recv_sizes);
+}
+
+std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  std::vector<int64_t> all(static_cast<size_t>(n), 0);
+  all[static_cast<size_t>(r)] = mine;
+  if (n == 1) return all;
+  const Tag tag = comm.NextTag();
+  Requests reqs;
+  reqs.reserve(2 * static_cast<size_t>(n - 1));
+  for (int s = 1; s < n; ++s) {
+    const auto from = static_cast<size_t>(AllToAllRecvPeer(r, n, s));
+    reqs.push_back(comm.Recv(static_cast<int>(from), tag,
+                             std::as_writable_bytes(std::span(&all[from], 1))));
+  }
+  const auto mine_bytes = std::as_bytes(std::span(&all[static_cast<size_t>(r)], 1));
+  for (int s = 1; s < n; ++s) reqs.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine_bytes));
+  WaitAll(reqs);
+  return all;
+}
+
+std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  std::vector<ByteBuffer> out(static_cast<size_t>(n));
+  out[static_cast<size_t>(r)] = Copy(mine);
+  if (n == 1) return out;
+  const std::vector<int64_t> sizes = AllGatherInt(comm, static_cast<int64_t>(mine.size()));
+  for (int p = 0; p < n; ++p) {
+    if (sizes[static_cast<size_t>(p)] < 0) {
+      throw FormatError(Where{r}, "AllGatherV: rank ", p, " announced a negative size ",
+                        sizes[static_cast<size_t>(p)]);
+    }
+  }
+  const Tag tag = comm.NextTag();
+  Requests reqs;
+  reqs.reserve(2 * static_cast<size_t>(n - 1));
+  for (int s = 1; s < n; ++s) {
+    const int from = AllToAllRecvPeer(r, n, s);
+    ByteBuffer& buf = out[static_cast<size_t>(from)];
+    buf.resize(static_cast<size_t>(sizes[static_cast<size_t>(from)]));
+    reqs.push_back(comm.Recv(from, tag, buf));
+  }
+  for (int s = 1; s < n; ++s) reqs.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine));
+  WaitAll(reqs);
+  return out;
+}
+
+ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (root < 0 || root >= n) {
+    throw InvalidArgument(Where{r}, "Broadcast: root ", root, " is outside [0, ", n, ")");
+  }
+  if (n == 1) return Copy(data);
+  // Two tags on every rank, so that all ranks stay in step whatever the root.
+  const Tag size_tag = comm.NextTag();
+  const Tag data_tag = comm.NextTag();
+  if (r == root) {
+    const int64_t size = static_cast<int64_t>(data.size());
+    const auto size_bytes = std::as_bytes(std::span(&size, 1));
+    Requests reqs;
+    reqs.reserve(2 * static_cast<size_t>(n - 1));
+    for (int s = 1; s < n; ++s) {
+      const int to = AllToAllSendPeer(r, n, s);
+      reqs.push_back(comm.Send(to, size_tag, size_bytes));
+      reqs.push_back(comm.Send(to, data_tag, data));
+    }
+    WaitAll(reqs);
+    return Copy(data);
+  }
+  int64_t size = 0;
+  comm.Recv(root, size_tag, std::as_writable_bytes(std::span(&size, 1)))->Wait();
+  if (size < 0) {
+    throw FormatError(Where{r}, "Broadcast: root ", root, " announced a negative size ", size);
+  }
+  ByteBuffer out(static_cast<size_t>(size));
+  comm.Recv(root, data_tag, out)->Wait();
+  return out;
+}
+
+void Barrier(Communicator& comm) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (n == 1) return;
+  // Dissemination: after round k every rank has heard, transitively, from
+  // the 2^(k+1) ranks before it; ceil(log2 n) rounds reach all of them.
+  for (int d : DisseminationDistances(n)) {
+    const Tag tag = comm.NextTag();
+    auto recv = comm.Recv(PositiveMod(int64_t{r} - d, n), tag, {});
+    auto send = comm.Send(PositiveMod(int64_t{r} + d, n), tag, {});
+    recv->Wait();
+    send->Wait();
+  }
+}
+
+}  // namespace zen

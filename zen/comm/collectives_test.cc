@@ -1,0 +1,219 @@
+#include "zen/comm/collectives.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "zen/comm/testing.h"
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+using testing::Backend;
+using testing::RunRanks;
+
+// Deterministic bytes of the message src -> dst (dst = -1: one for all).
+ByteBuffer Pattern(int src, int dst, int64_t size) {
+  ByteBuffer b(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    b[static_cast<size_t>(i)] = static_cast<std::byte>((src * 131 + (dst + 1) * 31 + i * 7) & 0xff);
+  }
+  return b;
+}
+
+// Sizes differ per pair so that a mixed-up peer order cannot pass.
+int64_t PairSize(int64_t payload, int src, int dst) {
+  return payload == 0 ? 0 : payload + (src * 7 + dst * 3) % 5;
+}
+
+constexpr uint64_t kCountBytes = sizeof(int64_t);
+
+using Param = std::tuple<Backend, int, int64_t>;
+
+class CollectivesTest : public ::testing::TestWithParam<Param> {
+ protected:
+  Backend backend() const { return std::get<0>(GetParam()); }
+  int world() const { return std::get<1>(GetParam()); }
+  int64_t payload() const { return std::get<2>(GetParam()); }
+};
+
+TEST_P(CollectivesTest, AllToAllVDeliversAndCountsExactBytes) {
+  const int64_t payload = this->payload();
+  RunRanks(backend(), world(), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    std::vector<ByteBuffer> out(n);
+    for (int p = 0; p < n; ++p) out[p] = Pattern(r, p, PairSize(payload, r, p));
+    comm.ResetCounters();
+    const std::vector<ByteBuffer> got = AllToAllV(comm, out);
+    ASSERT_EQ(got.size(), static_cast<size_t>(n));
+    uint64_t want_sent = 0, want_recv = 0;
+    for (int p = 0; p < n; ++p) {
+      EXPECT_EQ(got[p], Pattern(p, r, PairSize(payload, p, r))) << "from rank " << p;
+      if (p == r) continue;
+      // The count exchange is real traffic: 8 bytes to and from every peer.
+      const uint64_t sent = static_cast<uint64_t>(PairSize(payload, r, p)) + kCountBytes;
+      const uint64_t recv = static_cast<uint64_t>(PairSize(payload, p, r)) + kCountBytes;
+      EXPECT_EQ(comm.counters().sent(p), sent);
+      EXPECT_EQ(comm.counters().recv(p), recv);
+      want_sent += sent;
+      want_recv += recv;
+    }
+    EXPECT_EQ(comm.counters().sent(r), 0u);
+    EXPECT_EQ(comm.counters().total_sent(), want_sent);
+    EXPECT_EQ(comm.counters().total_recv(), want_recv);
+    EXPECT_EQ(comm.counters().messages_sent(), 2u * static_cast<uint64_t>(n - 1));
+  });
+}
+
+TEST_P(CollectivesTest, AllToAllVKnownSendsOnlyPayload) {
+  const int64_t payload = this->payload();
+  RunRanks(backend(), world(), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    std::vector<ByteBuffer> out(n);
+    std::vector<int64_t> recv_sizes(n);
+    for (int p = 0; p < n; ++p) {
+      out[p] = Pattern(r, p, PairSize(payload, r, p));
+      recv_sizes[p] = PairSize(payload, p, r);
+    }
+    comm.ResetCounters();
+    const std::vector<ByteBuffer> got = AllToAllVKnown(comm, out, recv_sizes);
+    uint64_t want_sent = 0;
+    for (int p = 0; p < n; ++p) {
+      EXPECT_EQ(got[p], Pattern(p, r, PairSize(payload, p, r)));
+      if (p != r) want_sent += static_cast<uint64_t>(PairSize(payload, r, p));
+    }
+    EXPECT_EQ(comm.counters().total_sent(), want_sent);
+    EXPECT_EQ(comm.counters().messages_sent(), static_cast<uint64_t>(n - 1));
+  });
+}
+
+TEST_P(CollectivesTest, ExchangeCountsAndAllGatherInt) {
+  const int64_t payload = this->payload();
+  RunRanks(backend(), world(), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    std::vector<int64_t> counts(n);
+    for (int p = 0; p < n; ++p) counts[p] = PairSize(payload, r, p) + (int64_t{1} << 40);
+    const std::vector<int64_t> got = ExchangeCounts(comm, counts);
+    for (int p = 0; p < n; ++p) EXPECT_EQ(got[p], PairSize(payload, p, r) + (int64_t{1} << 40));
+    const std::vector<int64_t> all = AllGatherInt(comm, -1000 * r - payload);
+    for (int p = 0; p < n; ++p) EXPECT_EQ(all[p], -1000 * p - payload);
+  });
+}
+
+TEST_P(CollectivesTest, AllGatherVDeliversAndCounts) {
+  const int64_t payload = this->payload();
+  RunRanks(backend(), world(), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    const ByteBuffer mine = Pattern(r, -1, PairSize(payload, r, 0));
+    comm.ResetCounters();
+    const std::vector<ByteBuffer> got = AllGatherV(comm, mine);
+    ASSERT_EQ(got.size(), static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) EXPECT_EQ(got[p], Pattern(p, -1, PairSize(payload, p, 0)));
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      EXPECT_EQ(comm.counters().sent(p), mine.size() + kCountBytes);
+      EXPECT_EQ(comm.counters().recv(p), static_cast<uint64_t>(PairSize(payload, p, 0)) + kCountBytes);
+    }
+  });
+}
+
+TEST_P(CollectivesTest, BroadcastFromEveryRoot) {
+  const int64_t payload = this->payload();
+  RunRanks(backend(), world(), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    for (int root = 0; root < n; ++root) {
+      const ByteBuffer data = r == root ? Pattern(root, -2, PairSize(payload, root, 1)) : ByteBuffer{};
+      comm.ResetCounters();
+      const ByteBuffer got = Broadcast(comm, root, data);
+      EXPECT_EQ(got, Pattern(root, -2, PairSize(payload, root, 1))) << "root " << root;
+      const uint64_t want = r == root ? static_cast<uint64_t>(n - 1) *
+                                            (kCountBytes + static_cast<uint64_t>(got.size()))
+                                      : 0;
+      EXPECT_EQ(comm.counters().total_sent(), want);
+    }
+  });
+}
+
+TEST_P(CollectivesTest, BarrierWaitsForEveryRank) {
+  if (payload() != 0) GTEST_SKIP() << "barrier has no payload";
+  const int n = world();
+  std::vector<std::atomic<int>> arrived(static_cast<size_t>(n));
+  RunRanks(backend(), n, [&](Communicator& comm) {
+    for (int round = 1; round <= 3; ++round) {
+      // Stagger arrivals so that an early exit would see a missing rank.
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * ((comm.rank() + round) % n)));
+      arrived[comm.rank()].store(round);
+      Barrier(comm);
+      for (int p = 0; p < n; ++p) EXPECT_GE(arrived[p].load(), round) << "rank " << p;
+      Barrier(comm);  // nobody starts the next round before all have checked
+    }
+  });
+}
+
+TEST_P(CollectivesTest, WorldOfOneSendsNothing) {
+  if (world() != 1) GTEST_SKIP();
+  RunRanks(backend(), 1, [&](Communicator& comm) {
+    const ByteBuffer b = Pattern(0, 0, payload());
+    EXPECT_EQ(AllToAllV(comm, std::vector<ByteBuffer>{b})[0], b);
+    EXPECT_EQ(AllGatherV(comm, b)[0], b);
+    EXPECT_EQ(Broadcast(comm, 0, b), b);
+    EXPECT_EQ(AllGatherInt(comm, 42)[0], 42);
+    Barrier(comm);
+    EXPECT_EQ(comm.counters().messages_sent(), 0u);
+    EXPECT_EQ(comm.counters().total_sent(), 0u);
+  });
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  return testing::BackendName(std::get<0>(info.param)) + "_n" +
+         std::to_string(std::get<1>(info.param)) + "_b" + std::to_string(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CollectivesTest,
+                         ::testing::Combine(::testing::Values(Backend::kInProc, Backend::kGlooTcp),
+                                            ::testing::Values(1, 2, 3, 5, 7, 8),
+                                            ::testing::Values(int64_t{0}, int64_t{1},
+                                                              int64_t{1000}, int64_t{1} << 20)),
+                         [](const auto& info) {
+                           std::string s = ParamName(info);
+                           for (char& c : s) {
+                             if (c == '-') c = '_';
+                           }
+                           return s;
+                         });
+
+TEST(CollectivesArgsTest, RejectWrongShapes) {
+  RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+    EXPECT_THROW(AllToAllV(comm, std::vector<ByteBuffer>(3)), InvalidArgument);
+    EXPECT_THROW(ExchangeCounts(comm, std::vector<int64_t>{1}), InvalidArgument);
+    EXPECT_THROW(ExchangeCounts(comm, std::vector<int64_t>{-1, -1}), InvalidArgument);
+    EXPECT_THROW(Broadcast(comm, 2, {}), InvalidArgument);
+    EXPECT_THROW(AllToAllVKnown(comm, std::vector<ByteBuffer>(2), std::vector<int64_t>{-1, -1}),
+                 InvalidArgument);
+  });
+}
+
+// A peer that sends another size than was announced is caught on receipt.
+TEST(CollectivesArgsTest, KnownSizeMismatchIsFormatError) {
+  for (Backend b : {Backend::kInProc, Backend::kGlooTcp}) {
+    EXPECT_THROW(RunRanks(
+                     b, 2,
+                     [&](Communicator& comm) {
+                       std::vector<ByteBuffer> out(2, ByteBuffer(comm.rank() == 0 ? 10 : 11));
+                       AllToAllVKnown(comm, out, std::vector<int64_t>{10, 10});
+                     },
+                     std::chrono::milliseconds(2000)),
+                 FormatError)
+        << testing::BackendName(b);
+  }
+}
+
+}  // namespace
+}  // namespace zen

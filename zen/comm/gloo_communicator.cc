@@ -1,0 +1,450 @@
+#include "zen/comm/gloo_communicator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#ifdef ZEN_HAVE_REDIS
+#include <gloo/rendezvous/redis_store.h>
+#endif
+
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+using UnboundBuffer = gloo::transport::UnboundBuffer;
+
+constexpr Tag kMaxTag = Tag{1} << 63;
+// A payload of the wrong size is read into scratch memory and dropped (so
+// that the sender completes) only up to this size; above it the sender is
+// left to time out.
+constexpr uint64_t kMaxDiscardBytes = uint64_t{256} << 20;
+
+Millis Since(Clock::time_point start) {
+  return std::chrono::duration_cast<Millis>(Clock::now() - start);
+}
+
+// What a caught exception says, with Gloo's exception type named.
+std::string Describe(std::exception_ptr ex) {
+  try {
+    std::rethrow_exception(ex);
+  } catch (const gloo::IoException& e) {
+    return std::string("gloo::IoException: ") + e.what();
+  } catch (const gloo::EnforceNotMet& e) {
+    return std::string("gloo::EnforceNotMet: ") + e.what();
+  } catch (const gloo::Exception& e) {
+    return std::string("gloo::Exception: ") + e.what();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Even slots carry the 8-byte lengths (one per tag, injective), odd slots the
+// payloads (one per tag and length).
+uint64_t LengthSlot(Tag tag) { return tag << 1; }
+uint64_t PayloadSlot(Tag tag, uint64_t bytes) {
+  return (Mix64(Mix64(tag) + bytes) << 1) | 1;
+}
+
+// What one Send or Recv is, for error messages.
+struct Transfer {
+  int rank = 0;
+  int peer = 0;
+  Tag tag = 0;
+  uint64_t bytes = 0;
+  Millis timeout{0};
+  bool is_send = false;
+};
+
+[[noreturn]] void ThrowTransport(const Transfer& t, const char* stage, Clock::time_point start,
+                                 std::exception_ptr cause) {
+  const Millis waited = Since(start);
+  const char* note = waited >= t.timeout
+                         ? "; Gloo closes every connection after a timeout, so this communicator "
+                           "is no longer usable"
+                         : "";
+  throw TransportError(Where{t.rank}, t.is_send ? "send to" : "receive from", " peer ", t.peer,
+                       " under tag ", t.tag, " (", t.bytes, " bytes) failed while ", stage,
+                       " after ", waited.count(), " ms (timeout ", t.timeout.count(),
+                       " ms): ", Describe(cause), note);
+}
+
+// Waits for one Gloo operation until the deadline.
+void WaitBuffer(UnboundBuffer& buf, const Transfer& t, const char* stage, Clock::time_point start,
+                Clock::time_point deadline) {
+  const Millis left = std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+  bool done = false;
+  try {
+    done = t.is_send ? buf.waitSend(left) : buf.waitRecv(left);
+  } catch (...) {
+    ThrowTransport(t, stage, start, std::current_exception());
+  }
+  if (!done) {
+    ThrowTransport(t, stage, start,
+                   std::make_exception_ptr(std::runtime_error("the Gloo wait was aborted")));
+  }
+}
+
+// Base of both requests: waits once, remembers the outcome, and waits (bounded
+// by the timeout) when destroyed unfinished, so Gloo never touches freed
+// memory (a gloo UnboundBuffer, once destroyed, is invalidated in Gloo).
+class GlooRequest : public Request {
+ public:
+  explicit GlooRequest(Transfer t) : t_(t) {}
+
+  void Wait() final {
+    if (!settled_) {
+      settled_ = true;
+      try {
+        DoWait(Clock::now());
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ protected:
+  // Subclass destructors call this before their buffers go.
+  void Settle() noexcept {
+    try {
+      Wait();
+    } catch (...) {  // the owner chose not to wait; nobody to tell
+    }
+  }
+  virtual void DoWait(Clock::time_point start) = 0;
+
+  Transfer t_;
+
+ private:
+  bool settled_ = false;
+  std::exception_ptr error_;
+};
+
+class GlooSend final : public GlooRequest {
+ public:
+  GlooSend(gloo::Context& ctx, Transfer t, std::span<const std::byte> data) : GlooRequest(t) {
+    length_ = data.size();
+    const auto start = Clock::now();
+    try {
+      length_buf_ = ctx.createUnboundBuffer(&length_, sizeof(length_));
+      length_buf_->send(t.peer, LengthSlot(t.tag));
+      if (!data.empty()) {
+        // Gloo's buffer type is not const-correct; a send only reads.
+        payload_buf_ = ctx.createUnboundBuffer(const_cast<std::byte*>(data.data()), data.size());
+        payload_buf_->send(t.peer, PayloadSlot(t.tag, data.size()));
+      }
+    } catch (...) {
+      ThrowTransport(t, "posting", start, std::current_exception());
+    }
+  }
+  ~GlooSend() override { Settle(); }
+
+ private:
+  void DoWait(Clock::time_point start) override {
+    const auto deadline = start + t_.timeout;
+    WaitBuffer(*length_buf_, t_, "sending the length", start, deadline);
+    if (payload_buf_) WaitBuffer(*payload_buf_, t_, "sending the payload", start, deadline);
+  }
+
+  uint64_t length_ = 0;  // declared before the buffers that point into it
+  std::unique_ptr<UnboundBuffer> length_buf_;
+  std::unique_ptr<UnboundBuffer> payload_buf_;
+};
+
+class GlooRecv final : public GlooRequest {
+ public:
+  GlooRecv(gloo::Context& ctx, Transfer t, std::span<std::byte> data, ByteCounters* counters)
+      : GlooRequest(t), ctx_(ctx), counters_(counters) {
+    const auto start = Clock::now();
+    try {
+      length_buf_ = ctx.createUnboundBuffer(&length_, sizeof(length_));
+      length_buf_->recv(t.peer, LengthSlot(t.tag));
+      if (!data.empty()) {
+        payload_buf_ = ctx.createUnboundBuffer(data.data(), data.size());
+        payload_buf_->recv(t.peer, PayloadSlot(t.tag, data.size()));
+      }
+    } catch (...) {
+      ThrowTransport(t, "posting", start, std::current_exception());
+    }
+  }
+  ~GlooRecv() override { Settle(); }
+
+ private:
+  void DoWait(Clock::time_point start) override {
+    const auto deadline = start + t_.timeout;
+    WaitBuffer(*length_buf_, t_, "receiving the length", start, deadline);
+    if (length_ != t_.bytes) {
+      // The payload went to the slot of its own length, never to ours: our
+      // posted receive is dropped unused and the payload is drained.
+      payload_buf_.reset();
+      Discard(start, deadline);
+      throw FormatError(Where{t_.rank}, "message from peer ", t_.peer, " under tag ", t_.tag,
+                        " has ", length_, " bytes, the receive expects ", t_.bytes, " bytes");
+    }
+    if (payload_buf_) WaitBuffer(*payload_buf_, t_, "receiving the payload", start, deadline);
+    counters_->AddRecv(t_.peer, t_.bytes);
+  }
+
+  // Receives and drops a payload of the announced (wrong) length, so that the
+  // sender's request completes. Failures here are secondary and ignored.
+  void Discard(Clock::time_point start, Clock::time_point deadline) {
+    if (length_ == 0 || length_ > kMaxDiscardBytes) return;
+    std::vector<std::byte> scratch(length_);
+    try {
+      auto buf = ctx_.createUnboundBuffer(scratch.data(), scratch.size());
+      buf->recv(t_.peer, PayloadSlot(t_.tag, length_));
+      Transfer drain = t_;
+      drain.bytes = length_;
+      WaitBuffer(*buf, drain, "discarding a payload of the wrong size", start, deadline);
+    } catch (...) {
+    }
+  }
+
+  gloo::Context& ctx_;
+  ByteCounters* counters_;
+  uint64_t length_ = 0;  // declared before the buffers that point into it
+  std::unique_ptr<UnboundBuffer> length_buf_;
+  std::unique_ptr<UnboundBuffer> payload_buf_;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> ctx, int rank, int size,
+                   Millis timeout)
+      : Communicator(rank, size, timeout), ctx_(std::move(ctx)) {}
+
+  std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
+    const Transfer t = Check(peer, tag, data.size(), /*is_send=*/true);
+    auto req = std::make_unique<GlooSend>(*ctx_, t, data);
+    mutable_counters().AddSent(peer, data.size());
+    mutable_counters().AddMessage();
+    return req;
+  }
+
+  std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
+    const Transfer t = Check(peer, tag, data.size(), /*is_send=*/false);
+    return std::make_unique<GlooRecv>(*ctx_, t, data, &mutable_counters());
+  }
+
+ private:
+  Transfer Check(int peer, Tag tag, size_t bytes, bool is_send) const {
+    CheckPeer(peer);
+    if (tag >= kMaxTag) {
+      throw InvalidArgument(Where{rank()}, "tag ", tag, " is not below 2^63 (Gloo transport)");
+    }
+    return Transfer{rank(), peer, tag, bytes, timeout(), is_send};
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+};
+
+// The caller's store seen through a key prefix, with Gloo's failures turned
+// into TransportErrors that say what was waited for and for how long.
+class RendezvousStore final : public gloo::rendezvous::Store {
+ public:
+  RendezvousStore(std::shared_ptr<gloo::rendezvous::Store> inner, std::string prefix, int rank,
+                  int size, Millis timeout)
+      : inner_(std::move(inner)),
+        prefix_(std::move(prefix)),
+        rank_(rank),
+        size_(size),
+        timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    try {
+      inner_->set(Full(key), data);
+    } catch (...) {
+      throw TransportError(Where{rank_}, "rendezvous: publishing key '", Full(key),
+                           "' failed (a key left by an earlier job with the same prefix? use a "
+                           "fresh store or another prefix): ",
+                           Describe(std::current_exception()));
+    }
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    wait({key}, timeout_);
+    try {
+      return inner_->get(Full(key));
+    } catch (...) {
+      throw TransportError(Where{rank_}, "rendezvous: reading key '", Full(key),
+                           "' failed: ", Describe(std::current_exception()));
+    }
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  // Waits for the keys one by one, so that a timeout names the first key
+  // (and the rank that should have published it) still missing.
+  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
+    const auto start = Clock::now();
+    const Millis limit = timeout.count() > 0 ? timeout : timeout_;
+    for (const std::string& key : keys) {
+      const Millis left = std::max(Millis(1), limit - Since(start));
+      try {
+        inner_->wait({Full(key)}, left);
+      } catch (...) {
+        throw TransportError(Where{rank_}, "rendezvous: waited ", Since(start).count(),
+                             " ms (timeout ", limit.count(), " ms) for key '", Full(key), "'",
+                             Publisher(key), " of ", keys.size(),
+                             " key(s) awaited in a world of ", size_, " ranks: ",
+                             Describe(std::current_exception()));
+      }
+    }
+  }
+
+ private:
+  std::string Full(const std::string& key) const { return prefix_ + "/" + key; }
+
+  // " (published by rank r: ...)" for Gloo's "rank_<r>" keys.
+  std::string Publisher(const std::string& key) const {
+    const std::string stem = "rank_";
+    if (key.rfind(stem, 0) != 0) return "";
+    const std::string r = key.substr(stem.size());
+    return " (the address of rank " + r + ": is rank " + r +
+           " running, with the same rendezvous, prefix and world size?)";
+  }
+
+  std::shared_ptr<gloo::rendezvous::Store> inner_;
+  std::string prefix_;
+  int rank_;
+  int size_;
+  Millis timeout_;
+};
+
+void CheckConnectArgs(int rank, int size, const GlooOptions& options) {
+  if (size < 1) throw InvalidArgument(Where{rank}, "ConnectGloo: world size ", size, " < 1");
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument(Where{rank}, "ConnectGloo: rank is outside [0, ", size, ")");
+  }
+  if (options.timeout.count() <= 0) {
+    throw InvalidArgument(Where{rank}, "ConnectGloo: timeout ", options.timeout.count(),
+                          " ms is not positive");
+  }
+  if (options.hostname.empty()) {
+    throw InvalidArgument(Where{rank},
+                          "ConnectGloo: hostname is empty (name the interface address to bind)");
+  }
+}
+
+#ifdef ZEN_HAVE_REDIS
+std::shared_ptr<gloo::rendezvous::Store> OpenRedis(const std::string& url, const std::string& where,
+                                                   Millis timeout) {
+  const auto colon = where.rfind(':');
+  int port = 0;
+  if (colon != std::string::npos && colon > 0) {
+    try {
+      size_t used = 0;
+      port = std::stoi(where.substr(colon + 1), &used);
+      if (used != where.size() - colon - 1) port = 0;
+    } catch (const std::exception&) {
+      port = 0;
+    }
+  }
+  if (port <= 0 || port > 65535) {
+    throw InvalidArgument(Where{}, "rendezvous URL '", url, "': expected redis://HOST:PORT");
+  }
+  const std::string host = where.substr(0, colon);
+  const auto start = Clock::now();
+  std::string last;
+  for (;;) {
+    try {
+      return std::make_shared<gloo::rendezvous::RedisStore>(host, port);
+    } catch (...) {
+      last = Describe(std::current_exception());
+    }
+    if (Since(start) >= timeout) break;
+    std::this_thread::sleep_for(std::min(Millis(100), timeout));
+  }
+  throw TransportError(Where{}, "rendezvous: waited ", Since(start).count(), " ms (timeout ",
+                       timeout.count(), " ms) to connect to the Redis server at ", host, ":", port,
+                       "; last error: ", last);
+}
+#endif
+
+}  // namespace
+
+std::shared_ptr<gloo::rendezvous::Store> OpenStore(const std::string& url,
+                                                   std::chrono::milliseconds timeout) {
+  if (url.rfind("file:", 0) == 0) {
+    const std::string dir = url.substr(5);
+    if (dir.empty()) throw InvalidArgument(Where{}, "rendezvous URL '", url, "' names no directory");
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      throw TransportError(Where{}, "rendezvous: cannot create directory '", dir,
+                           "': ", ec.message());
+    }
+    return std::make_shared<gloo::rendezvous::FileStore>(dir);
+  }
+  const std::string redis = "redis://";
+  if (url.rfind(redis, 0) == 0) {
+#ifdef ZEN_HAVE_REDIS
+    return OpenRedis(url, url.substr(redis.size()), timeout);
+#else
+    (void)timeout;
+    throw InvalidArgument(Where{}, "rendezvous URL '", url,
+                          "': this build has no Redis support (hiredis was not found)");
+#endif
+  }
+  throw InvalidArgument(Where{}, "rendezvous URL '", url,
+                        "' is neither file:DIR nor redis://HOST:PORT");
+}
+
+std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions& options) {
+  CheckConnectArgs(rank, size, options);
+  return ConnectGloo(rank, size, OpenStore(options.rendezvous, options.timeout), options);
+}
+
+std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
+                                          std::shared_ptr<gloo::rendezvous::Store> store,
+                                          const GlooOptions& options) {
+  CheckConnectArgs(rank, size, options);
+  if (!store) throw InvalidArgument(Where{rank}, "ConnectGloo: the store is null");
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (...) {
+    throw TransportError(Where{rank}, "cannot open a TCP device on interface address '",
+                         options.hostname, "': ", Describe(std::current_exception()));
+  }
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(options.timeout);
+  RendezvousStore rendezvous(std::move(store), options.prefix, rank, size, options.timeout);
+  const auto start = Clock::now();
+  try {
+    ctx->connectFullMesh(rendezvous, device);
+  } catch (const Error&) {
+    throw;  // already says what was waited for
+  } catch (...) {
+    throw TransportError(Where{rank}, "connecting to the ", size - 1, " other rank(s) over TCP (",
+                         options.hostname, ", prefix '", options.prefix, "') failed after ",
+                         Since(start).count(), " ms (timeout ", options.timeout.count(),
+                         " ms): ", Describe(std::current_exception()));
+  }
+  return std::make_unique<GlooCommunicator>(std::move(ctx), rank, size, options.timeout);
+}
+
+}  // namespace zen

@@ -1,0 +1,77 @@
+// zen/comm/gloo_communicator.h — the real transport: Gloo over TCP
+// (Debian's libgloo-dev), with rendezvous through a file directory, a Redis
+// server, or any gloo::rendezvous::Store the caller brings (torch's store via
+// an adapter, an in-memory HashStore in tests).
+//
+// Wire format: each Send is a Gloo message of 8 bytes (the payload length)
+// followed, when the payload is not empty, by the payload itself. The length
+// goes to a slot derived from the tag only and the payload to a slot derived
+// from (tag, length), so a receive of the wrong size never meets a payload
+// it cannot hold: the receiver reads the length, reports a FormatError that
+// names both sizes, and discards the payload. The length messages are
+// framing and are not counted in ByteCounters.
+//
+// Timeouts: a Wait that times out raises TransportError naming rank, peer,
+// tag and the time waited. Gloo then closes every connection of the
+// communicator, so after a timeout the communicator is unusable (every later
+// call raises TransportError); build a new one.
+//
+// Trust: the TCP transport is unauthenticated and unencrypted. It binds only
+// to `hostname` (127.0.0.1 unless told otherwise); anyone who can reach that
+// address and the store can join or disturb a job.
+//
+// Usage:
+//   zen::GlooOptions opt;
+//   opt.rendezvous = "file:/shared/job42";       // or "redis://10.0.0.1:6379"
+//   opt.hostname = "10.0.0.7";                   // interface to bind
+//   std::unique_ptr<zen::Communicator> comm = zen::ConnectGloo(rank, size, opt);
+//   // With a store of one's own (e.g. an adapter over torch's store):
+//   auto comm2 = zen::ConnectGloo(rank, size, store, opt);
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <gloo/rendezvous/store.h>
+
+#include "zen/comm/communicator.h"
+
+namespace zen {
+
+struct GlooOptions {
+  // "file:DIR" (a directory all ranks see; created if missing) or
+  // "redis://HOST:PORT". Ignored by the ConnectGloo overload taking a store.
+  std::string rendezvous;
+  // Interface address to bind and advertise; never all interfaces by default.
+  std::string hostname = "127.0.0.1";
+  // Store key prefix, so that several jobs (or several communicators of one
+  // job) can share a store. Keys are "<prefix>/rank_<r>"; a store that still
+  // holds the keys of an earlier job with the same prefix misleads the
+  // rendezvous, so use a fresh directory or a unique prefix per job.
+  std::string prefix = "zen";
+  // Rendezvous, connection and per-request timeout.
+  std::chrono::milliseconds timeout{30000};
+};
+
+// Opens the store named by url: "file:DIR" (gloo FileStore; DIR is created)
+// or "redis://HOST:PORT" (gloo RedisStore; only when built with hiredis,
+// ZEN_HAVE_REDIS). Connecting to Redis is retried until `timeout`, so that
+// workers may start before the server; then TransportError names the
+// address, the time waited and the last error. InvalidArgument for a URL of
+// another form.
+std::shared_ptr<gloo::rendezvous::Store> OpenStore(
+    const std::string& url, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// Opens options.rendezvous and connects.
+std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions& options);
+
+// Connects through an existing store (options.rendezvous is ignored). The
+// store is used only during this call; every rank of the job must call this
+// with the same size and prefix. TransportError on a rendezvous or connection
+// failure, naming the keys or ranks waited for and for how long.
+std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
+                                          std::shared_ptr<gloo::rendezvous::Store> store,
+                                          const GlooOptions& options);
+
+}  // namespace zen

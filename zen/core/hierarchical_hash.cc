@@ -1,0 +1,241 @@
+#include "zen/core/hierarchical_hash.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+constexpr int64_t kEmpty = -1;
+constexpr int64_t kMinRowsPerChunk = 16384;
+constexpr int kMaxHashes = 8;
+
+// Items of a dense buffer: item r is row r; present if non-zero.
+struct DenseSource {
+  const float* data;
+  int64_t width;
+  bool present(int64_t r) const { return RowIsNonZero(data + r * width, width); }
+  int64_t id(int64_t r) const { return r; }
+  const float* row(int64_t r) const { return data + r * width; }
+};
+
+// Items of a sorted sparse list: item i is ids[i]; always present.
+struct SparseSource {
+  const int64_t* ids;
+  const float* values;
+  int64_t width;
+  bool present(int64_t) const { return true; }
+  int64_t id(int64_t i) const { return ids[i]; }
+  const float* row(int64_t i) const { return values + i * width; }
+};
+
+struct ThreadTally {
+  int64_t present = 0;
+  int64_t in_parallel = 0;
+  int64_t in_serial = 0;
+  int64_t probes = 0;
+  std::vector<std::pair<int64_t, int>> spill;  // (item, server)
+};
+
+std::unique_ptr<std::atomic<int64_t>[]> EmptySlots(size_t n) {
+  auto slots = std::make_unique<std::atomic<int64_t>[]>(n);
+  for (size_t i = 0; i < n; ++i) slots[i].store(kEmpty, std::memory_order_relaxed);
+  return slots;
+}
+
+}  // namespace
+
+// The two regions of all servers, reused between calls. Invariant between
+// calls: every slot is empty and every serial counter is zero.
+struct HierarchicalHashPartitioner::Tables {
+  int servers = 0;
+  int64_t r1 = 0;
+  int64_t r2 = 0;
+  std::unique_ptr<std::atomic<int64_t>[]> parallel;  // servers x r1
+  std::unique_ptr<std::atomic<int64_t>[]> serial;    // servers x r2
+  std::unique_ptr<std::atomic<int64_t>[]> serial_used;
+
+  void Ensure(int n, int64_t want_r1, int64_t want_r2) {
+    if (n == servers && want_r1 == r1 && want_r2 == r2) return;
+    servers = n;
+    r1 = want_r1;
+    r2 = want_r2;
+    parallel = EmptySlots(static_cast<size_t>(n) * static_cast<size_t>(r1));
+    serial = EmptySlots(static_cast<size_t>(n) * static_cast<size_t>(r2));
+    serial_used = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n));
+    for (int s = 0; s < n; ++s) serial_used[static_cast<size_t>(s)].store(0);
+  }
+};
+
+HierarchicalHashPartitioner::HierarchicalHashPartitioner(int threads,
+                                                         HierarchicalHashConfig config)
+    : threads_(EffectiveThreads(threads)), config_(config), tables_(std::make_unique<Tables>()) {
+  if (config_.hashes < 1 || config_.hashes > kMaxHashes) {
+    throw InvalidArgument(Where{}, "hierarchical hash: k = ", config_.hashes,
+                          " second-level hashes is outside [1, ", kMaxHashes, "]");
+  }
+  if (!(config_.parallel_factor > 0) || !(config_.serial_fraction >= 0) || config_.min_slots < 1) {
+    throw InvalidArgument(Where{}, "hierarchical hash: parallel_factor ", config_.parallel_factor,
+                          ", serial_fraction ", config_.serial_fraction, ", min_slots ",
+                          config_.min_slots, " must be > 0, >= 0, >= 1");
+  }
+}
+
+HierarchicalHashPartitioner::~HierarchicalHashPartitioner() = default;
+
+void HierarchicalHashPartitioner::PartitionDense(std::span<const float> dense, int64_t rows,
+                                                 int64_t width, const RowOwner& owner,
+                                                 Partitions& out) {
+  int64_t expected = config_.expected_rows >= 0 ? config_.expected_rows : previous_rows_;
+  if (expected < 0) {
+    // First call: estimate the density from evenly spaced rows.
+    const int64_t samples = std::min<int64_t>(rows, 4096);
+    int64_t hits = 0;
+    for (int64_t i = 0; i < samples; ++i) {
+      hits += RowIsNonZero(dense.data() + (i * rows / samples) * width, width) ? 1 : 0;
+    }
+    expected = samples == 0 ? 0 : hits * rows / samples;
+  }
+  Run(DenseSource{dense.data(), width}, rows, width, owner, expected, out);
+}
+
+void HierarchicalHashPartitioner::PartitionSparse(std::span<const int64_t> ids,
+                                                  std::span<const float> values, int64_t width,
+                                                  const RowOwner& owner, Partitions& out) {
+  // The row count is known exactly here.
+  const int64_t m = static_cast<int64_t>(ids.size());
+  Run(SparseSource{ids.data(), values.data(), width}, m, width, owner,
+      config_.expected_rows >= 0 ? config_.expected_rows : m, out);
+}
+
+template <typename Source>
+void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64_t width,
+                                      const RowOwner& owner, int64_t expected, Partitions& out) {
+  const int n = owner.servers();
+  const size_t un = static_cast<size_t>(n);
+  const int64_t per_server = (expected + n - 1) / n;
+  const int64_t r1 = std::max<int64_t>(
+      config_.min_slots,
+      static_cast<int64_t>(std::ceil(config_.parallel_factor * static_cast<double>(per_server))));
+  const int64_t r2 =
+      std::max<int64_t>(std::max<int64_t>(1, config_.min_slots / 4),
+                        static_cast<int64_t>(std::ceil(config_.serial_fraction * r1)));
+  Tables& t = *tables_;
+  t.Ensure(n, r1, r2);
+
+  const int k = config_.hashes;
+  UniversalHash level2[kMaxHashes];
+  for (int h = 0; h < k; ++h) level2[h] = UniversalHash(DeriveSeed(config_.seed, h + 1), 2);
+
+  // Insert: one pass, every thread on its own contiguous chunk of items.
+  std::vector<ThreadTally> tally(
+      static_cast<size_t>(ChunkCount(threads_, items, kMinRowsPerChunk)));
+  ParallelChunks(threads_, items, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+    ThreadTally& my = tally[static_cast<size_t>(c)];
+    for (int64_t i = begin; i < end; ++i) {
+      if (!source.present(i)) continue;
+      ++my.present;
+      const int64_t id = source.id(i);
+      const int s = owner(id);
+      std::atomic<int64_t>* region = t.parallel.get() + static_cast<size_t>(s) * r1;
+      bool placed = false;
+      for (int h = 0; h < k && !placed; ++h) {
+        std::atomic<int64_t>& slot =
+            region[level2[h](static_cast<uint64_t>(id), static_cast<uint64_t>(r1))];
+        int64_t seen = slot.load(std::memory_order_relaxed);
+        if (seen == kEmpty && slot.compare_exchange_strong(seen, i, std::memory_order_relaxed)) {
+          placed = true;
+        } else {
+          ++my.probes;
+        }
+      }
+      if (placed) {
+        ++my.in_parallel;
+        continue;
+      }
+      const int64_t p = t.serial_used[static_cast<size_t>(s)].fetch_add(1, std::memory_order_relaxed);
+      if (p < r2) {
+        t.serial[static_cast<size_t>(s) * r2 + p].store(i, std::memory_order_relaxed);
+        ++my.in_serial;
+      } else {
+        my.spill.emplace_back(i, s);
+      }
+    }
+  });
+
+  // Collect per server: non-empty slots, the serial region, spills; reset
+  // the tables for the next call; sort into id order.
+  std::vector<std::vector<int64_t>> chosen(un);
+  ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      std::vector<int64_t>& mine = chosen[static_cast<size_t>(s)];
+      std::atomic<int64_t>* region = t.parallel.get() + static_cast<size_t>(s) * r1;
+      for (int64_t j = 0; j < r1; ++j) {
+        const int64_t v = region[j].load(std::memory_order_relaxed);
+        if (v != kEmpty) {
+          mine.push_back(v);
+          region[j].store(kEmpty, std::memory_order_relaxed);
+        }
+      }
+      const int64_t used = std::min(r2, t.serial_used[static_cast<size_t>(s)].load());
+      std::atomic<int64_t>* serial = t.serial.get() + static_cast<size_t>(s) * r2;
+      for (int64_t j = 0; j < used; ++j) {
+        mine.push_back(serial[j].load(std::memory_order_relaxed));
+        serial[j].store(kEmpty, std::memory_order_relaxed);
+      }
+      t.serial_used[static_cast<size_t>(s)].store(0);
+      for (const ThreadTally& th : tally) {
+        for (const auto& [item, server] : th.spill) {
+          if (server == s) mine.push_back(item);
+        }
+      }
+      // Items ascend with ids (dense: item = id; sparse: ids are sorted).
+      std::sort(mine.begin(), mine.end());
+    }
+  });
+
+  HierarchicalHashStats st;
+  st.expected_rows = expected;
+  st.parallel_slots = r1;
+  st.serial_slots = r2;
+  for (const ThreadTally& th : tally) {
+    st.rows += th.present;
+    st.in_parallel += th.in_parallel;
+    st.in_serial += th.in_serial;
+    st.spilled += static_cast<int64_t>(th.spill.size());
+    st.probes += th.probes;
+  }
+
+  out.servers = n;
+  out.width = width;
+  out.offsets.assign(un + 1, 0);
+  for (size_t s = 0; s < un; ++s) {
+    out.offsets[s + 1] = out.offsets[s] + static_cast<int64_t>(chosen[s].size());
+  }
+  if (out.offsets[un] != st.rows || st.in_parallel + st.in_serial + st.spilled != st.rows) {
+    throw Error("hierarchical hash: internal error: " + std::to_string(st.rows) +
+                " non-zero rows but " + std::to_string(out.offsets[un]) + " collected");
+  }
+  out.ids.resize(static_cast<size_t>(st.rows));
+  out.values.resize(static_cast<size_t>(st.rows) * static_cast<size_t>(width));
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
+  ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      int64_t pos = out.offsets[static_cast<size_t>(s)];
+      for (int64_t item : chosen[static_cast<size_t>(s)]) {
+        out.ids[static_cast<size_t>(pos)] = source.id(item);
+        std::memcpy(out.values.data() + static_cast<size_t>(pos) * width, source.row(item),
+                    row_bytes);
+        ++pos;
+      }
+    }
+  });
+  stats_ = st;
+  previous_rows_ = st.rows;
+}
+
+}  // namespace zen

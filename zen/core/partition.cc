@@ -1,0 +1,181 @@
+#include "zen/core/partition.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "zen/core/error.h"
+#include "zen/core/hierarchical_hash.h"
+
+namespace zen {
+namespace {
+
+// Rows of dense work per thread below which spawning does not pay.
+constexpr int64_t kMinRowsPerChunk = 16384;
+
+// Per-thread state of the counting partitioner.
+struct ChunkRows {
+  std::vector<int64_t> items;   // dense: row ids; sparse: positions in ids
+  std::vector<int32_t> owners;  // server of each item
+  std::vector<int64_t> counts;  // per server
+};
+
+// Shared second half of both counting paths: prefix sums and the scatter.
+// id_of(item) gives the row id, row_of(item) the pointer to its values.
+template <typename IdOf, typename RowOf>
+void Scatter(std::vector<ChunkRows>& chunks, int servers, int64_t width, int threads,
+             const IdOf& id_of, const RowOf& row_of, Partitions& out) {
+  const size_t n = static_cast<size_t>(servers);
+  out.servers = servers;
+  out.width = width;
+  out.offsets.assign(n + 1, 0);
+  // cursor[c][s]: where chunk c writes its first row for server s.
+  std::vector<std::vector<int64_t>> cursor(chunks.size(), std::vector<int64_t>(n));
+  int64_t pos = 0;
+  for (size_t s = 0; s < n; ++s) {
+    out.offsets[s] = pos;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      cursor[c][s] = pos;
+      pos += chunks[c].counts[s];
+    }
+  }
+  out.offsets[n] = pos;
+  out.ids.resize(static_cast<size_t>(pos));
+  out.values.resize(static_cast<size_t>(pos) * static_cast<size_t>(width));
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
+  ParallelChunks(threads, static_cast<int64_t>(chunks.size()), 1,
+                 [&](int, int64_t begin, int64_t end) {
+                   for (int64_t c = begin; c < end; ++c) {
+                     ChunkRows& ch = chunks[static_cast<size_t>(c)];
+                     std::vector<int64_t>& cur = cursor[static_cast<size_t>(c)];
+                     for (size_t i = 0; i < ch.items.size(); ++i) {
+                       const int64_t p = cur[static_cast<size_t>(ch.owners[i])]++;
+                       out.ids[static_cast<size_t>(p)] = id_of(ch.items[i]);
+                       std::memcpy(out.values.data() + static_cast<size_t>(p) * width,
+                                   row_of(ch.items[i]), row_bytes);
+                     }
+                   }
+                 });
+}
+
+}  // namespace
+
+RowOwner RowOwner::Hash(uint64_t seed, int servers) {
+  RowOwner o;
+  o.kind_ = Kind::kHash;
+  o.servers_ = servers;
+  o.hash_ = ServerHash(seed, servers);
+  return o;
+}
+
+RowOwner RowOwner::Range(int64_t rows, int servers) {
+  if (rows < 1 || servers < 1) {
+    throw InvalidArgument(Where{}, "RowOwner::Range: rows ", rows, " and servers ", servers,
+                          " must both be >= 1");
+  }
+  RowOwner o;
+  o.kind_ = Kind::kRange;
+  o.servers_ = servers;
+  o.rows_ = rows;
+  return o;
+}
+
+std::span<const int64_t> Partitions::ids_of(int s) const {
+  return std::span<const int64_t>(ids).subspan(static_cast<size_t>(offsets[static_cast<size_t>(s)]),
+                                               static_cast<size_t>(count(s)));
+}
+
+std::span<const float> Partitions::values_of(int s) const {
+  const size_t w = static_cast<size_t>(width);
+  return std::span<const float>(values).subspan(
+      static_cast<size_t>(offsets[static_cast<size_t>(s)]) * w, static_cast<size_t>(count(s)) * w);
+}
+
+bool RowIsNonZero(const float* row, int64_t width) {
+  for (int64_t i = 0; i < width; ++i) {
+    if (row[i] != 0.0f) return true;
+  }
+  return false;
+}
+
+int EffectiveThreads(int threads) {
+  if (threads > 0) return threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+int ChunkCount(int threads, int64_t items, int64_t min_chunk) {
+  const int64_t by_size = std::max<int64_t>(1, items / std::max<int64_t>(1, min_chunk));
+  return static_cast<int>(std::min<int64_t>(std::max(1, EffectiveThreads(threads)), by_size));
+}
+
+int ParallelChunks(int threads, int64_t items, int64_t min_chunk,
+                   const std::function<void(int, int64_t, int64_t)>& fn) {
+  const int chunks = ChunkCount(threads, items, min_chunk);
+  auto bounds = [&](int c) { return items * c / chunks; };
+  {
+    std::vector<std::jthread> workers;
+    workers.reserve(static_cast<size_t>(chunks - 1));
+    for (int c = 1; c < chunks; ++c) {
+      workers.emplace_back([&fn, c, b = bounds(c), e = bounds(c + 1)] { fn(c, b, e); });
+    }
+    fn(0, bounds(0), bounds(1));
+  }  // jthreads join here
+  return chunks;
+}
+
+CountingPartitioner::CountingPartitioner(int threads) : threads_(EffectiveThreads(threads)) {}
+
+void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t rows, int64_t width,
+                                         const RowOwner& owner, Partitions& out) {
+  const size_t n = static_cast<size_t>(owner.servers());
+  std::vector<ChunkRows> chunks(static_cast<size_t>(ChunkCount(threads_, rows, kMinRowsPerChunk)));
+  ParallelChunks(threads_, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+    ChunkRows& ch = chunks[static_cast<size_t>(c)];
+    ch.counts.assign(n, 0);
+    for (int64_t r = begin; r < end; ++r) {
+      if (!RowIsNonZero(dense.data() + r * width, width)) continue;
+      const int s = owner(r);
+      ch.items.push_back(r);
+      ch.owners.push_back(s);
+      ++ch.counts[static_cast<size_t>(s)];
+    }
+  });
+  Scatter(
+      chunks, owner.servers(), width, threads_, [](int64_t r) { return r; },
+      [&](int64_t r) { return dense.data() + r * width; }, out);
+}
+
+void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
+                                          std::span<const float> values, int64_t width,
+                                          const RowOwner& owner, Partitions& out) {
+  const size_t n = static_cast<size_t>(owner.servers());
+  const int64_t m = static_cast<int64_t>(ids.size());
+  std::vector<ChunkRows> chunks(static_cast<size_t>(ChunkCount(threads_, m, kMinRowsPerChunk)));
+  ParallelChunks(threads_, m, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+    ChunkRows& ch = chunks[static_cast<size_t>(c)];
+    ch.counts.assign(n, 0);
+    ch.items.reserve(static_cast<size_t>(end - begin));
+    ch.owners.reserve(static_cast<size_t>(end - begin));
+    for (int64_t i = begin; i < end; ++i) {
+      const int s = owner(ids[static_cast<size_t>(i)]);
+      ch.items.push_back(i);
+      ch.owners.push_back(s);
+      ++ch.counts[static_cast<size_t>(s)];
+    }
+  });
+  Scatter(
+      chunks, owner.servers(), width, threads_,
+      [&](int64_t i) { return ids[static_cast<size_t>(i)]; },
+      [&](int64_t i) { return values.data() + i * width; }, out);
+}
+
+std::unique_ptr<Partitioner> MakePartitioner(std::string_view kind, int threads) {
+  if (kind == "counting") return std::make_unique<CountingPartitioner>(threads);
+  if (kind == "hierarchical") return std::make_unique<HierarchicalHashPartitioner>(threads);
+  throw InvalidArgument(Where{}, "unknown partitioner '", std::string(kind),
+                        "' (known: counting, hierarchical)");
+}
+
+}  // namespace zen

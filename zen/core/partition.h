@@ -1,0 +1,133 @@
+// zen/core/partition.h — splitting one rank's rows into per-server
+// partitions: which server owns a row (RowOwner), the partition container,
+// the Partitioner interface, and the counting (sort-free, two-pass)
+// partitioner.
+//
+// RowOwner is a small value type that maps a row id to a server:
+//   - Hash(seed, n): ZEN's h0 (ServerHash, 4-independent), balanced whatever
+//     the skew of the data;
+//   - Range(rows, n): even contiguous ranges, server j owns
+//     [ceil(j rows / n), ceil((j+1) rows / n)) — Sparse PS / OmniReduce
+//     style, kept for comparisons: skewed data overloads the low servers.
+// It is trivially copyable, so a GPU kernel can take it by value.
+//
+// A Partitioner reads either a dense [rows x width] buffer (rows that are
+// all zero are skipped; width 1 means zero elements are skipped) or a sorted
+// row-sparse list, and produces Partitions: one flat id array and one flat
+// value array grouped by server (offsets[s] .. offsets[s+1]), ids ascending
+// within each server. The interface takes spans and fills flat arrays so a
+// CUDA implementation can sit behind it unchanged.
+//
+// Usage:
+//   zen::RowOwner owner = zen::RowOwner::Hash(seed, n);
+//   zen::CountingPartitioner part(/*threads=*/4);
+//   zen::Partitions p;
+//   part.PartitionDense(buffer, rows, width, owner, p);
+//   for (int s = 0; s < n; ++s) Send(s, p.ids_of(s), p.values_of(s));
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "zen/core/hash.h"
+
+namespace zen {
+
+class RowOwner {
+ public:
+  enum class Kind : uint8_t { kHash, kRange };
+
+  RowOwner() = default;
+  static RowOwner Hash(uint64_t seed, int servers);
+  // rows >= 1, servers >= 1.
+  static RowOwner Range(int64_t rows, int servers);
+
+  int operator()(int64_t id) const {
+    if (kind_ == Kind::kHash) return hash_(id);
+    return static_cast<int>((static_cast<unsigned __int128>(id) * static_cast<uint64_t>(servers_)) /
+                            static_cast<uint64_t>(rows_));
+  }
+
+  Kind kind() const { return kind_; }
+  int servers() const { return servers_; }
+  uint64_t seed() const { return hash_.seed(); }
+  int64_t rows() const { return rows_; }  // Range only (0 for Hash)
+
+  friend bool operator==(const RowOwner&, const RowOwner&) = default;
+
+ private:
+  Kind kind_ = Kind::kHash;
+  int servers_ = 1;
+  int64_t rows_ = 0;
+  ServerHash hash_;
+};
+
+// Per-server row partitions of one rank's data.
+struct Partitions {
+  int servers = 0;
+  int64_t width = 0;
+  std::vector<int64_t> offsets;  // servers + 1 entries
+  std::vector<int64_t> ids;      // grouped by server, ascending within a server
+  std::vector<float> values;     // ids.size() * width
+
+  int64_t count(int s) const { return offsets[static_cast<size_t>(s) + 1] - offsets[static_cast<size_t>(s)]; }
+  int64_t total() const { return static_cast<int64_t>(ids.size()); }
+  std::span<const int64_t> ids_of(int s) const;
+  std::span<const float> values_of(int s) const;
+};
+
+class Partitioner {
+ public:
+  virtual ~Partitioner() = default;
+  virtual std::string_view name() const = 0;
+
+  // Non-zero rows of dense (size rows * width) into out.
+  virtual void PartitionDense(std::span<const float> dense, int64_t rows, int64_t width,
+                              const RowOwner& owner, Partitions& out) = 0;
+  // Rows given as sorted unique ids with ids.size() * width values; every
+  // listed row is kept (even an all-zero one: it is present).
+  virtual void PartitionSparse(std::span<const int64_t> ids, std::span<const float> values,
+                               int64_t width, const RowOwner& owner, Partitions& out) = 0;
+};
+
+// Two passes, no sort: each thread scans a contiguous chunk, counts rows per
+// server and keeps the non-zero row list; a prefix sum over (server, thread)
+// gives every thread its write cursor per server; the threads then scatter
+// ids and copy values. Chunks are in id order, so the output is sorted.
+class CountingPartitioner final : public Partitioner {
+ public:
+  explicit CountingPartitioner(int threads = 1);
+  std::string_view name() const override { return "counting"; }
+  void PartitionDense(std::span<const float> dense, int64_t rows, int64_t width,
+                      const RowOwner& owner, Partitions& out) override;
+  void PartitionSparse(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
+                       const RowOwner& owner, Partitions& out) override;
+
+ private:
+  int threads_;
+};
+
+// "counting" or "hierarchical"; InvalidArgument for another name.
+std::unique_ptr<Partitioner> MakePartitioner(std::string_view kind, int threads);
+
+// True if any of the width floats at row is non-zero (-0.0 counts as zero).
+bool RowIsNonZero(const float* row, int64_t width);
+
+// 0 -> std::thread::hardware_concurrency() (at least 1); otherwise threads.
+int EffectiveThreads(int threads);
+
+// Splits [0, items) into at most `threads` contiguous chunks of at least
+// min_chunk items (one chunk if items is small) and runs
+// fn(chunk, begin, end) for each, chunk 0 on the calling thread. Returns the
+// number of chunks. fn must not throw.
+int ParallelChunks(int threads, int64_t items, int64_t min_chunk,
+                   const std::function<void(int, int64_t, int64_t)>& fn);
+// The number of chunks ParallelChunks would use.
+int ChunkCount(int threads, int64_t items, int64_t min_chunk);
+
+}  // namespace zen

@@ -1,0 +1,96 @@
+#include "zen/schemes/dense_ring.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "zen/comm/peer_pattern.h"
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+// In-place ring allreduce of `data` (reduce-scatter then allgather), with
+// `combine(dst, src)` applied element-wise during reduce-scatter. Chunks
+// are the balanced split of data into n contiguous pieces.
+template <typename T, typename Combine>
+void RingAllReduce(Communicator& comm, std::span<T> data, Combine combine) {
+  const int n = comm.size();
+  if (n == 1) return;
+  const int r = comm.rank();
+  const RingNeighbours ring = Ring(r, n);
+  const int right = ring.next, left = ring.prev;
+  const auto chunk = [&](int c) {
+    const RowRange range = BalancedChunk(static_cast<int64_t>(data.size()), n, c);
+    return data.subspan(static_cast<size_t>(range.begin), static_cast<size_t>(range.size()));
+  };
+  size_t max_chunk = 0;
+  for (int c = 0; c < n; ++c) max_chunk = std::max(max_chunk, chunk(c).size());
+  std::vector<T> incoming(max_chunk);
+  for (int s = 0; s < n - 1; ++s) {
+    const Tag tag = comm.NextTag();
+    const auto out = chunk(RingReduceScatterSendChunk(r, n, s));
+    const auto in = chunk(RingReduceScatterRecvChunk(r, n, s));
+    auto recv = comm.Recv(left, tag, std::as_writable_bytes(std::span<T>(incoming).first(in.size())));
+    auto send = comm.Send(right, tag, std::as_bytes(out));
+    recv->Wait();
+    send->Wait();
+    for (size_t i = 0; i < in.size(); ++i) combine(in[i], incoming[i]);
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    const Tag tag = comm.NextTag();
+    const auto out = chunk(RingAllGatherSendChunk(r, n, s));
+    const auto in = chunk(RingAllGatherRecvChunk(r, n, s));
+    auto recv = comm.Recv(left, tag, std::as_writable_bytes(in));
+    auto send = comm.Send(right, tag, std::as_bytes(out));
+    recv->Wait();
+    send->Wait();
+  }
+}
+
+class DenseRing final : public Scheme {
+ public:
+  std::string_view name() const override { return "dense"; }
+  std::string_view description() const override {
+    return "dense ring AllReduce (reduce-scatter + allgather) of the densified tensor";
+  }
+
+ protected:
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+    const size_t w = static_cast<size_t>(local.width());
+    std::vector<float> dense = local.ToDense();
+    RingAllReduce(comm, std::span<float>(dense), [](float& a, float b) { a += b; });
+    // Row presence travels as a bitmap, OR-reduced, so rows that sum to zero
+    // are still reported (1 bit per row on top of the values).
+    std::vector<uint64_t> present((static_cast<size_t>(local.rows()) + 63) / 64, 0);
+    for (int64_t id : local.ids()) present[static_cast<size_t>(id) / 64] |= 1ULL << (id % 64);
+    RingAllReduce(comm, std::span<uint64_t>(present), [](uint64_t& a, uint64_t b) { a |= b; });
+    std::vector<int64_t> ids;
+    std::vector<float> values;
+    for (size_t word = 0; word < present.size(); ++word) {
+      for (uint64_t bits = present[word]; bits != 0; bits &= bits - 1) {
+        const int64_t id = static_cast<int64_t>(word * 64 + static_cast<size_t>(std::countr_zero(bits)));
+        ids.push_back(id);
+        const float* row = dense.data() + static_cast<size_t>(id) * w;
+        values.insert(values.end(), row, row + w);
+      }
+    }
+    return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
+                                    local.name());
+  }
+
+  // A dense bucket is reduced in place; presence is whatever is non-zero.
+  void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t, int64_t,
+                   std::string_view) override {
+    RingAllReduce(comm, buffer, [](float& a, float b) { a += b; });
+  }
+};
+
+}  // namespace
+
+SchemeInfo DenseRingInfo() {
+  return {"dense", "dense ring AllReduce (reduce-scatter + allgather) of the densified tensor",
+          [](const SchemeOptions&) { return std::make_unique<DenseRing>(); }};
+}
+
+}  // namespace zen

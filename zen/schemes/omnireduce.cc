@@ -1,0 +1,242 @@
+#include "zen/schemes/omnireduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "zen/comm/collectives.h"
+#include "zen/comm/peer_pattern.h"
+#include "zen/core/error.h"
+#include "zen/core/reduce.h"
+
+namespace zen {
+namespace {
+
+constexpr char kDescription[] =
+    "OmniReduce-style blocks: non-zero 256-value blocks (index + row mask + values) pushed to "
+    "the owners of n even block ranges, summed and returned to everyone";
+
+// Where block b lies in the flattened rows x width tensor.
+struct Geometry {
+  int64_t rows, width, block_values, total;
+
+  int64_t blocks() const { return (total + block_values - 1) / block_values; }
+  int64_t lo(int64_t b) const { return b * block_values; }
+  int64_t hi(int64_t b) const { return std::min(total, (b + 1) * block_values); }
+  int64_t first_row(int64_t b) const { return lo(b) / width; }
+  int64_t touched(int64_t b) const { return (hi(b) - 1) / width - first_row(b) + 1; }
+  size_t mask_bytes(int64_t b) const { return static_cast<size_t>((touched(b) + 7) / 8); }
+  size_t record_bytes(int64_t b) const {
+    return sizeof(uint64_t) + mask_bytes(b) + static_cast<size_t>(hi(b) - lo(b)) * sizeof(float);
+  }
+};
+
+Geometry MakeGeometry(int64_t rows, int64_t width, int64_t block_values) {
+  return {rows, width, block_values, rows * width};
+}
+
+// A parsed block record inside a received buffer.
+struct Record {
+  int64_t block;
+  const std::byte* mask;
+  const std::byte* values;  // (hi - lo) floats, unaligned
+};
+
+bool MaskBit(const std::byte* mask, int64_t j) {
+  return (std::to_integer<unsigned>(mask[j / 8]) >> (j % 8)) & 1u;
+}
+
+// Appends the record of block b of `local` (whose row index k is the first
+// id >= first_row(b)) to out.
+void AppendLocalRecord(ByteBuffer& out, const Geometry& g, const SparseTensor& local, int64_t b,
+                       size_t k) {
+  const size_t start = out.size();
+  out.resize(start + g.record_bytes(b), std::byte{0});
+  const uint64_t index = static_cast<uint64_t>(b);
+  std::memcpy(out.data() + start, &index, sizeof(index));
+  std::byte* mask = out.data() + start + sizeof(index);
+  std::byte* values = mask + g.mask_bytes(b);
+  const int64_t first = g.first_row(b), last = first + g.touched(b) - 1;
+  const auto ids = local.ids();
+  for (; k < ids.size() && ids[k] <= last; ++k) {
+    const int64_t id = ids[k], j = id - first;
+    mask[j / 8] |= std::byte{static_cast<unsigned char>(1u << (j % 8))};
+    const int64_t from = std::max(g.lo(b), id * g.width), to = std::min(g.hi(b), (id + 1) * g.width);
+    std::memcpy(values + (from - g.lo(b)) * static_cast<int64_t>(sizeof(float)),
+                local.row(k).data() + (from - id * g.width),
+                static_cast<size_t>(to - from) * sizeof(float));
+  }
+}
+
+// The non-zero blocks of local, encoded per owner of their block range.
+std::vector<ByteBuffer> EncodeLocal(const Geometry& g, const SparseTensor& local, int n) {
+  std::vector<ByteBuffer> out(static_cast<size_t>(n));
+  const std::vector<int64_t> bounds = BalancedChunkBounds(g.blocks(), n);
+  const auto ids = local.ids();
+  int owner = 0;
+  int64_t last_block = -1;
+  size_t k = 0;  // first id >= first_row of the current block
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t b0 = ids[i] * g.width / g.block_values;
+    const int64_t b1 = ((ids[i] + 1) * g.width - 1) / g.block_values;
+    for (int64_t b = std::max(b0, last_block + 1); b <= b1; ++b) {
+      while (bounds[static_cast<size_t>(owner) + 1] <= b) ++owner;
+      while (ids[k] < g.first_row(b)) ++k;
+      AppendLocalRecord(out[static_cast<size_t>(owner)], g, local, b, k);
+      last_block = b;
+    }
+  }
+  return out;
+}
+
+// Parses and validates records of blocks in [block_lo, block_hi).
+std::vector<Record> Parse(std::span<const std::byte> bytes, const Geometry& g, int64_t block_lo,
+                          int64_t block_hi, const Where& where, int sender) {
+  std::vector<Record> out;
+  size_t pos = 0;
+  int64_t prev = block_lo - 1;
+  while (pos < bytes.size()) {
+    uint64_t index = 0;
+    if (bytes.size() - pos < sizeof(index)) {
+      throw FormatError(where, "omnireduce message from rank ", sender, " ends inside a block index");
+    }
+    std::memcpy(&index, bytes.data() + pos, sizeof(index));
+    const int64_t b = static_cast<int64_t>(index);
+    if (b <= prev || b >= block_hi) {
+      throw FormatError(where, "omnireduce message from rank ", sender, " holds block ", b,
+                        ": blocks must be increasing and inside [", block_lo, ", ", block_hi, ")");
+    }
+    if (bytes.size() - pos < g.record_bytes(b)) {
+      throw FormatError(where, "omnireduce message from rank ", sender, " truncates block ", b);
+    }
+    const std::byte* mask = bytes.data() + pos + sizeof(index);
+    for (int64_t j = g.touched(b); j < static_cast<int64_t>(g.mask_bytes(b)) * 8; ++j) {
+      if (MaskBit(mask, j)) {
+        throw FormatError(where, "omnireduce message from rank ", sender, " marks row ",
+                          g.first_row(b) + j, " outside block ", b);
+      }
+    }
+    out.push_back({b, mask, mask + g.mask_bytes(b)});
+    pos += g.record_bytes(b);
+    prev = b;
+  }
+  return out;
+}
+
+// Sums records of the same block (in source order) into one record each.
+ByteBuffer Aggregate(const Geometry& g, std::vector<std::pair<int, Record>> parts) {
+  std::stable_sort(parts.begin(), parts.end(),
+                   [](const auto& a, const auto& b) { return a.second.block < b.second.block; });
+  ByteBuffer out;
+  std::vector<float> sum, add;
+  for (size_t i = 0; i < parts.size();) {
+    const int64_t b = parts[i].second.block;
+    const size_t len = static_cast<size_t>(g.hi(b) - g.lo(b)), mb = g.mask_bytes(b);
+    sum.assign(len, 0.0f);
+    add.resize(len);
+    std::vector<std::byte> mask(mb, std::byte{0});
+    for (; i < parts.size() && parts[i].second.block == b; ++i) {
+      std::memcpy(add.data(), parts[i].second.values, len * sizeof(float));
+      AddInto(sum, add);
+      for (size_t m = 0; m < mb; ++m) mask[m] |= parts[i].second.mask[m];
+    }
+    const size_t start = out.size();
+    out.resize(start + g.record_bytes(b));
+    const uint64_t index = static_cast<uint64_t>(b);
+    std::memcpy(out.data() + start, &index, sizeof(index));
+    std::memcpy(out.data() + start + sizeof(index), mask.data(), mb);
+    std::memcpy(out.data() + start + sizeof(index) + mb, sum.data(), len * sizeof(float));
+  }
+  return out;
+}
+
+// Appends the present rows of summed records (blocks ascending) to ids/values.
+void DecodeInto(const Geometry& g, const std::vector<Record>& records, std::vector<int64_t>& ids,
+                std::vector<float>& values) {
+  const size_t w = static_cast<size_t>(g.width);
+  for (const Record& r : records) {
+    const int64_t first = g.first_row(r.block);
+    for (int64_t j = 0; j < g.touched(r.block); ++j) {
+      if (!MaskBit(r.mask, j)) continue;
+      const int64_t id = first + j;
+      if (ids.empty() || ids.back() != id) {
+        ids.push_back(id);
+        values.resize(values.size() + w, 0.0f);
+      }
+      const int64_t from = std::max(g.lo(r.block), id * g.width);
+      const int64_t to = std::min(g.hi(r.block), (id + 1) * g.width);
+      std::memcpy(values.data() + values.size() - w + static_cast<size_t>(from - id * g.width),
+                  r.values + (from - g.lo(r.block)) * static_cast<int64_t>(sizeof(float)),
+                  static_cast<size_t>(to - from) * sizeof(float));
+    }
+  }
+}
+
+class OmniReduce final : public Scheme {
+ public:
+  explicit OmniReduce(int64_t block_values) : block_values_(block_values) {
+    if (block_values < 1) {
+      throw InvalidArgument("omnireduce: block_values " + std::to_string(block_values) +
+                            " must be >= 1");
+    }
+  }
+  std::string_view name() const override { return "omnireduce"; }
+  std::string_view description() const override { return kDescription; }
+
+ protected:
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+    const int n = comm.size(), me = comm.rank();
+    if (n == 1) return local;
+    const Geometry g = MakeGeometry(local.rows(), local.width(), block_values_);
+    const Where where{me, local.name()};
+    const int64_t nb = g.blocks();
+    const std::vector<int64_t> bounds = BalancedChunkBounds(nb, n);
+    const auto range = [&](int o) {
+      return std::pair{bounds[static_cast<size_t>(o)], bounds[static_cast<size_t>(o) + 1]};
+    };
+
+    std::vector<ByteBuffer> push = EncodeLocal(g, local, n);
+    const ByteBuffer own = std::move(push[static_cast<size_t>(me)]);
+    push[static_cast<size_t>(me)].clear();
+    const std::vector<ByteBuffer> got = AllToAllV(comm, push);
+
+    const auto [lo, hi] = range(me);
+    std::vector<std::pair<int, Record>> parts;
+    for (int q = 0; q < n; ++q) {
+      const auto& bytes = q == me ? own : got[static_cast<size_t>(q)];
+      for (const Record& r : Parse(bytes, g, lo, hi, where, q)) parts.emplace_back(q, r);
+    }
+    const ByteBuffer served = Aggregate(g, std::move(parts));
+
+    const std::vector<ByteBuffer> all = AllGatherV(comm, served);
+    std::vector<int64_t> ids;
+    std::vector<float> values;
+    for (int o = 0; o < n; ++o) {
+      const auto [olo, ohi] = range(o);
+      const auto& bytes = o == me ? served : all[static_cast<size_t>(o)];
+      DecodeInto(g, Parse(bytes, g, olo, ohi, where, o), ids, values);
+    }
+    return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
+                                    local.name());
+  }
+
+ private:
+  int64_t block_values_;
+};
+
+}  // namespace
+
+int64_t OmniBlockCount(int64_t rows, int64_t width, int64_t block_values) {
+  return MakeGeometry(rows, width, block_values).blocks();
+}
+
+size_t OmniBlockRecordBytes(int64_t block, int64_t rows, int64_t width, int64_t block_values) {
+  return MakeGeometry(rows, width, block_values).record_bytes(block);
+}
+
+SchemeInfo OmniReduceInfo() {
+  return {"omnireduce", kDescription, [](const SchemeOptions& o) {
+            return std::make_unique<OmniReduce>(o.block_values);
+          }};
+}
+
+}  // namespace zen

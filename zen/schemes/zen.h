@@ -1,0 +1,124 @@
+// zen/schemes/zen.h — `zen`: ZEN's Balanced Parallelism with hierarchical
+// hashing and the hash bitmap (Wang et al., OSDI 2025, sections 3.1-3.3).
+//
+// Every rank is a worker and a server. h0 (a 4-independent universal hash,
+// seed broadcast from rank 0 on first use and cached per (world size,
+// seed)) assigns each row id to the server that owns it; the assignment is
+// balanced whatever the skew of the ids.
+//   1. partition: the rank's rows are split per server (sparse input: a
+//      counting pass; dense buffer: hierarchical hashing, Algorithm 1);
+//   2. push (sparse reduce-scatter): worker i sends server j the rows it
+//      holds that j owns, COO, all pairs in flight at once in rotated order;
+//      server j sums what it receives (n-way sorted merge);
+//   3. pull (allgather): server j sends its aggregated rows to every rank,
+//      hash-bitmap encoded over its domain D_j, or COO where that is smaller
+//      (chosen per message, tagged in the header); workers decode and
+//      reassemble the union.
+// Bytes a rank receives: about (n-1)/n x (d + d gamma) x rows x row bytes
+// (Eq. 1), i.e. (1 + gamma)/n of what agsparse receives.
+//
+// The last call's per-phase byte counts (from the communicator's counters)
+// and timings are kept in last_stats(); ZenLastStats() finds them behind a
+// Scheme pointer.
+//
+// Usage:
+//   auto s = zen::BuiltinSchemes().Create("zen", options);
+//   zen::SparseTensor sum = s->Sync(comm, local);
+//   s->SyncDense(comm, bucket, rows, width, "emb");   // hierarchical-hash path
+//   if (const zen::ZenStats* st = zen::ZenLastStats(*s)) print(st->pull_bytes_recv);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "zen/core/hash_bitmap.h"
+#include "zen/core/partition.h"
+#include "zen/schemes/registry.h"
+
+namespace zen {
+
+enum class ZenOwnership { kHash, kRange };
+
+struct ZenConfig {
+  // kHash is ZEN; kRange (even contiguous ranges) exists to show what hashing
+  // buys on skewed data.
+  ZenOwnership ownership = ZenOwnership::kHash;
+  // Dense-buffer extraction: "hierarchical" (Algorithm 1) or "counting".
+  std::string dense_partitioner = "hierarchical";
+  // Pull encoding: kAuto picks per message; the others force one.
+  EncodingChoice pull_encoding = EncodingChoice::kAuto;
+};
+
+// One call, as seen by this rank. Byte counts are payload bytes from
+// comm.counters() (the size announcements of the collectives included).
+struct ZenStats {
+  int world = 1;
+  int64_t rows = 0;
+  int64_t width = 0;
+  int64_t local_rows = 0;   // rows this rank contributed
+  int64_t pushed_rows = 0;  // of those, rows owned by other servers
+  int64_t served_rows = 0;  // rows of this rank's partition after aggregation
+  int64_t result_rows = 0;  // rows of the global sum (the union)
+  uint64_t push_bytes_sent = 0;
+  uint64_t push_bytes_recv = 0;
+  uint64_t pull_bytes_sent = 0;
+  uint64_t pull_bytes_recv = 0;
+  RowEncoding pull_encoding = RowEncoding::kCoo;  // of this server's message
+  int pull_bitmap_messages = 0;                   // received, by encoding
+  int pull_coo_messages = 0;
+  double partition_seconds = 0;
+  double push_seconds = 0;
+  double aggregate_seconds = 0;
+  double pull_seconds = 0;
+  double decode_seconds = 0;
+  bool dense_path = false;
+};
+
+class ZenScheme final : public Scheme {
+ public:
+  explicit ZenScheme(const SchemeOptions& options = {}, ZenConfig config = {});
+  ~ZenScheme() override;
+
+  std::string_view name() const override { return "zen"; }
+  std::string_view description() const override;
+  Support supports(const SparsityProfile& profile) const override;
+
+  const ZenStats& last_stats() const { return stats_; }
+  const ZenConfig& config() const { return config_; }
+
+ protected:
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override;
+  void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
+                   std::string_view tensor) override;
+
+ private:
+  struct Plan {
+    RowOwner owner;
+    std::shared_ptr<const HashDomains> domains;
+  };
+  Plan Prepare(Communicator& comm, int64_t rows);
+  uint64_t AgreedSeed(Communicator& comm);
+  // Push, aggregate, pull, decode. Returns every server's rows (index j:
+  // server j's partition of the sum; ascending ids, disjoint).
+  std::vector<DecodedRows> Exchange(Communicator& comm, const Plan& plan, const Partitions& mine,
+                                    int64_t width, const Where& where);
+
+  SchemeOptions options_;
+  ZenConfig config_;
+  int threads_;
+  std::unique_ptr<Partitioner> sparse_partitioner_;
+  std::unique_ptr<Partitioner> dense_partitioner_;
+  std::map<std::pair<int, uint64_t>, uint64_t> seeds_;  // (world, local seed) -> agreed
+  std::map<std::tuple<int64_t, int, int, uint64_t>, std::shared_ptr<const HashDomains>> domains_;
+  ZenStats stats_;
+};
+
+// The stats of the last call if s is a ZenScheme, else nullptr.
+const ZenStats* ZenLastStats(const Scheme& s);
+
+SchemeInfo ZenInfo();
+
+}  // namespace zen

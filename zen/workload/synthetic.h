@@ -1,0 +1,44 @@
+// zen/workload/synthetic.h — synthetic sparse gradients for tests and for
+// sizes no trace has.
+//
+// `zipf`: each rank holds round(density * rows) distinct rows drawn without
+// replacement with P(row r) proportional to 1 / (r + 1)^skew, so low ids are
+// hot (like BPE vocabularies ordered by frequency) and ranks overlap where
+// the distribution is heavy. skew 0 is uniform. Values are uniform in
+// [-1, 1). Everything is a pure function of (spec, rank): every process can
+// regenerate every rank's tensor, which is how the benchmark computes its
+// reference.
+//
+// Usage:
+//   auto spec = zen::ParseSyntheticSpec("zipf:rows=100000,width=64,density=0.01,skew=1.1");
+//   std::vector<zen::SparseTensor> per_rank = zen::GenerateSynthetic(spec, /*world=*/8);
+//   zen::SparseTensor mine = zen::GenerateSyntheticRank(spec, /*rank=*/3);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zen/core/sparse_tensor.h"
+
+namespace zen {
+
+struct SyntheticSpec {
+  std::string kind = "zipf";
+  int64_t rows = 100000;
+  int64_t width = 64;
+  double density = 0.01;  // per rank, in [0, 1]
+  double skew = 1.1;      // Zipf exponent; 0 = uniform
+  uint64_t seed = 1;
+};
+
+// Parses "zipf:rows=R,width=W,density=D,skew=S[,seed=X]" (any subset of
+// keys; defaults above). InvalidArgument naming the bad key or value.
+SyntheticSpec ParseSyntheticSpec(std::string_view text);
+std::string ToString(const SyntheticSpec& spec);
+
+SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank);
+std::vector<SparseTensor> GenerateSynthetic(const SyntheticSpec& spec, int world);
+
+}  // namespace zen
