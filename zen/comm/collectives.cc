@@ -19,8 +19,8 @@ void WaitAll(Requests& requests) {
 
 void CheckPerPeer(const Communicator& comm, size_t got, const char* what) {
   if (got != static_cast<size_t>(comm.size())) {
-    throw InvalidArgument(Where{comm.rank()}, what, " has ", got, " entries, expected one per rank (",
-                          comm.size(), ")");
+    throw InvalidArgument(Where{comm.rank()}, what, " has ", got,
+                          " entries, expected one per rank (", comm.size(), ")");
   }
 }
 
@@ -113,8 +113,8 @@ std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {
   reqs.reserve(2 * static_cast<size_t>(n - 1));
   for (int s = 1; s < n; ++s) {
     const auto from = static_cast<size_t>(AllToAllRecvPeer(r, n, s));
-    reqs.push_back(comm.Recv(static_cast<int>(from), tag,
-                             std::as_writable_bytes(std::span(&all[from], 1))));
+    reqs.push_back(
+        comm.Recv(static_cast<int>(from), tag, std::as_writable_bytes(std::span(&all[from], 1))));
   }
   const auto mine_bytes = std::as_bytes(std::span(&all[static_cast<size_t>(r)], 1));
   for (int s = 1; s < n; ++s) reqs.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine_bytes));

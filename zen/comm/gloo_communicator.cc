@@ -1,16 +1,16 @@
 #include "zen/comm/gloo_communicator.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <thread>
-#include <vector>
-
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+#include <vector>
 #ifdef ZEN_HAVE_REDIS
 #include <gloo/rendezvous/redis_store.h>
 #endif
@@ -62,9 +62,7 @@ uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
 // Even slots carry the 8-byte lengths (one per tag, injective), odd slots the
 // payloads (one per tag and length).
 uint64_t LengthSlot(Tag tag) { return tag << 1; }
-uint64_t PayloadSlot(Tag tag, uint64_t bytes) {
-  return (Mix64(Mix64(tag) + bytes) << 1) | 1;
-}
+uint64_t PayloadSlot(Tag tag, uint64_t bytes) { return (Mix64(Mix64(tag) + bytes) << 1) | 1; }
 
 // What one Send or Recv is, for error messages.
 struct Transfer {
@@ -92,7 +90,8 @@ struct Transfer {
 // Waits for one Gloo operation until the deadline.
 void WaitBuffer(UnboundBuffer& buf, const Transfer& t, const char* stage, Clock::time_point start,
                 Clock::time_point deadline) {
-  const Millis left = std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+  const Millis left =
+      std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
   bool done = false;
   try {
     done = t.is_send ? buf.waitSend(left) : buf.waitRecv(left);
@@ -306,9 +305,8 @@ class RendezvousStore final : public gloo::rendezvous::Store {
       } catch (...) {
         throw TransportError(Where{rank_}, "rendezvous: waited ", Since(start).count(),
                              " ms (timeout ", limit.count(), " ms) for key '", Full(key), "'",
-                             Publisher(key), " of ", keys.size(),
-                             " key(s) awaited in a world of ", size_, " ranks: ",
-                             Describe(std::current_exception()));
+                             Publisher(key), " of ", keys.size(), " key(s) awaited in a world of ",
+                             size_, " ranks: ", Describe(std::current_exception()));
       }
     }
   }
@@ -316,11 +314,11 @@ class RendezvousStore final : public gloo::rendezvous::Store {
  private:
   std::string Full(const std::string& key) const { return prefix_ + "/" + key; }
 
-  // " (published by rank r: ...)" for Gloo's "rank_<r>" keys.
-  std::string Publisher(const std::string& key) const {
-    const std::string stem = "rank_";
-    if (key.rfind(stem, 0) != 0) return "";
-    const std::string r = key.substr(stem.size());
+  // " (the address of rank r: ...)" for Gloo's address keys, which are the
+  // rank number ("<r>"; newer Gloo releases use "rank_<r>").
+  static std::string Publisher(const std::string& key) {
+    std::string r = key.rfind("rank_", 0) == 0 ? key.substr(5) : key;
+    if (r.empty() || r.find_first_not_of("0123456789") != std::string::npos) return "";
     return " (the address of rank " + r + ": is rank " + r +
            " running, with the same rendezvous, prefix and world size?)";
   }
@@ -388,7 +386,8 @@ std::shared_ptr<gloo::rendezvous::Store> OpenStore(const std::string& url,
                                                    std::chrono::milliseconds timeout) {
   if (url.rfind("file:", 0) == 0) {
     const std::string dir = url.substr(5);
-    if (dir.empty()) throw InvalidArgument(Where{}, "rendezvous URL '", url, "' names no directory");
+    if (dir.empty())
+      throw InvalidArgument(Where{}, "rendezvous URL '", url, "' names no directory");
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) {

@@ -29,11 +29,11 @@
 //   auto comm2 = zen::ConnectGloo(rank, size, store, opt);
 #pragma once
 
+#include <gloo/rendezvous/store.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
-
-#include <gloo/rendezvous/store.h>
 
 #include "zen/comm/communicator.h"
 
@@ -46,7 +46,7 @@ struct GlooOptions {
   // Interface address to bind and advertise; never all interfaces by default.
   std::string hostname = "127.0.0.1";
   // Store key prefix, so that several jobs (or several communicators of one
-  // job) can share a store. Keys are "<prefix>/rank_<r>"; a store that still
+  // job) can share a store. Keys are "<prefix>/<Gloo's key>"; a store that still
   // holds the keys of an earlier job with the same prefix misleads the
   // rendezvous, so use a fresh directory or a unique prefix per job.
   std::string prefix = "zen";

@@ -79,9 +79,8 @@ class InProcRecv final : public Request {
     const auto start = std::chrono::steady_clock::now();
     std::unique_lock lock(boxes_->mu);
     auto& cv = boxes_->arrived[static_cast<size_t>(key_.dst)];
-    const bool arrived = cv.wait_until(lock, start + timeout_, [&] {
-      return boxes_->boxes.at(key_).messages.count(seq_) > 0;
-    });
+    const bool arrived = cv.wait_until(
+        lock, start + timeout_, [&] { return boxes_->boxes.at(key_).messages.count(seq_) > 0; });
     settled_ = true;
     if (!arrived) {
       GiveUp();
@@ -98,9 +97,9 @@ class InProcRecv final : public Request {
     lock.unlock();
     const std::vector<std::byte>& msg = node.mapped();
     if (msg.size() != data_.size()) {
-      error_ = std::make_exception_ptr(FormatError(
-          Where{key_.dst}, "message from peer ", key_.src, " under tag ", key_.tag, " has ",
-          msg.size(), " bytes, the receive expects ", data_.size(), " bytes"));
+      error_ = std::make_exception_ptr(
+          FormatError(Where{key_.dst}, "message from peer ", key_.src, " under tag ", key_.tag,
+                      " has ", msg.size(), " bytes, the receive expects ", data_.size(), " bytes"));
       std::rethrow_exception(error_);
     }
     std::copy(msg.begin(), msg.end(), data_.begin());

@@ -33,7 +33,7 @@ TEST(InProcFabricTest, SendIsEagerAndCommunicatorsOutliveTheFabric) {
   auto s = a->Send(1, 4, out);
   out.assign(3, std::byte{0});  // the payload was copied on Send
   std::vector<std::byte> in(3);
-  b->Recv(0, 4, in)->Wait();    // same thread: no sender needs to be running
+  b->Recv(0, 4, in)->Wait();  // same thread: no sender needs to be running
   EXPECT_EQ(in, (std::vector<std::byte>{std::byte{1}, std::byte{2}, std::byte{3}}));
   EXPECT_EQ(a->counters().sent(1), 3u);
   EXPECT_EQ(b->counters().recv(0), 3u);

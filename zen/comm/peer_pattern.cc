@@ -16,8 +16,8 @@ void CheckWorld(int rank, int n) {
 
 void CheckStep(int step, int lo, int hi, const char* what) {
   if (step < lo || step >= hi) {
-    throw InvalidArgument(Where{}, "peer pattern: ", what, " step ", step, " is outside [", lo, ", ", hi,
-                          ")");
+    throw InvalidArgument(Where{}, "peer pattern: ", what, " step ", step, " is outside [", lo,
+                          ", ", hi, ")");
   }
 }
 

@@ -129,8 +129,8 @@ TEST(PeerPatternTest, RingAllGatherDeliversEveryChunkToEveryRank) {
       auto before = have;
       for (int r = 0; r < n; ++r) {
         const int c = RingAllGatherSendChunk(r, n, s);
-        EXPECT_TRUE(before[r].count(c)) << "rank " << r << " forwards chunk " << c
-                                        << " it lacks, n=" << n;
+        EXPECT_TRUE(before[r].count(c))
+            << "rank " << r << " forwards chunk " << c << " it lacks, n=" << n;
         const int to = Ring(r, n).next;
         ASSERT_EQ(RingAllGatherRecvChunk(to, n, s), c);
         EXPECT_TRUE(have[to].insert(c).second) << "chunk received twice, n=" << n;

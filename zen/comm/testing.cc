@@ -1,12 +1,12 @@
 #include "zen/comm/testing.h"
 
+#include <gloo/rendezvous/hash_store.h>
+
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <gloo/rendezvous/hash_store.h>
 
 #include "zen/comm/gloo_communicator.h"
 #include "zen/comm/inproc_communicator.h"

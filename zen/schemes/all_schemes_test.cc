@@ -3,6 +3,7 @@
 // New schemes join this grid by being registered.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <mutex>
 #include <tuple>
 
@@ -33,8 +34,13 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string d = c.density == kOneRankEmpty ? "oneempty"
                   : c.density == 0           ? "empty"
                                              : std::to_string(static_cast<int>(c.density * 1e4)) + "e4";
-  return c.scheme + "_" + testing::BackendName(c.backend) + "_n" + std::to_string(c.world) + "_w" +
-         std::to_string(c.width) + "_d" + d + "_s" + std::to_string(static_cast<int>(c.skew * 10));
+  std::string name = c.scheme + "_" + testing::BackendName(c.backend) + "_n" +
+                     std::to_string(c.world) + "_w" + std::to_string(c.width) + "_d" + d + "_s" +
+                     std::to_string(static_cast<int>(c.skew * 10));
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
 }
 
 std::vector<SparseTensor> Inputs(const Case& c, int64_t rows) {

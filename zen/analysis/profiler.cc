@@ -1,0 +1,225 @@
+#include "zen/analysis/profiler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "zen/comm/collectives.h"
+#include "zen/comm/peer_pattern.h"
+#include "zen/core/error.h"
+#include "zen/core/hash.h"
+#include "zen/schemes/omnireduce.h"
+
+namespace zen {
+namespace {
+
+// Blocks [first, last] that row id touches.
+std::pair<int64_t, int64_t> BlocksOfRow(int64_t id, int64_t width, int64_t block_values) {
+  return {id * width / block_values, ((id + 1) * width - 1) / block_values};
+}
+
+// Sorted unique blocks touched by sorted ids.
+std::vector<int64_t> BlocksOf(std::span<const int64_t> ids, int64_t width, int64_t block_values) {
+  std::vector<int64_t> out;
+  for (int64_t id : ids) {
+    const auto [b0, b1] = BlocksOfRow(id, width, block_values);
+    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b) out.push_back(b);
+  }
+  return out;
+}
+
+// Counts of sorted values in each range [bounds[o], bounds[o + 1]).
+std::vector<int64_t> CountPerRange(std::span<const int64_t> sorted, const std::vector<int64_t>& bounds) {
+  std::vector<int64_t> out(bounds.size() - 1);
+  for (size_t o = 0; o + 1 < bounds.size(); ++o) {
+    out[o] = std::lower_bound(sorted.begin(), sorted.end(), bounds[o + 1]) -
+             std::lower_bound(sorted.begin(), sorted.end(), bounds[o]);
+  }
+  return out;
+}
+
+// Fractions of counts (or of range sizes when all counts are zero).
+std::vector<double> Shares(const std::vector<int64_t>& counts, const std::vector<int64_t>& bounds) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  std::vector<double> out(counts.size());
+  const double span = static_cast<double>(bounds.back() - bounds.front());
+  for (size_t o = 0; o < counts.size(); ++o) {
+    out[o] = total > 0 ? static_cast<double>(counts[o]) / static_cast<double>(total)
+                       : static_cast<double>(bounds[o + 1] - bounds[o]) / std::max(1.0, span);
+  }
+  return out;
+}
+
+std::vector<int64_t> Union(const std::vector<int64_t>& a, std::span<const int64_t> b) {
+  std::vector<int64_t> out;
+  out.reserve(a.size() + b.size());
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+std::vector<int64_t> Serialize(const RankSummary& s) {
+  std::vector<int64_t> out{s.nnz, s.blocks};
+  out.insert(out.end(), s.range_rows.begin(), s.range_rows.end());
+  out.insert(out.end(), s.range_blocks.begin(), s.range_blocks.end());
+  out.insert(out.end(), s.sampled_ids.begin(), s.sampled_ids.end());
+  return out;
+}
+
+RankSummary Deserialize(std::span<const std::byte> bytes, int n, int64_t rows, const Where& where,
+                        int sender) {
+  const size_t head = 2 + 2 * static_cast<size_t>(n);
+  if (bytes.size() % sizeof(int64_t) != 0 || bytes.size() / sizeof(int64_t) < head) {
+    throw FormatError(where, "profile summary from rank ", sender, " has ", bytes.size(),
+                      " bytes; expected at least ", head * sizeof(int64_t));
+  }
+  std::vector<int64_t> v(bytes.size() / sizeof(int64_t));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  RankSummary s;
+  s.nnz = v[0];
+  s.blocks = v[1];
+  s.range_rows.assign(v.begin() + 2, v.begin() + 2 + n);
+  s.range_blocks.assign(v.begin() + 2 + n, v.begin() + static_cast<std::ptrdiff_t>(head));
+  s.sampled_ids.assign(v.begin() + static_cast<std::ptrdiff_t>(head), v.end());
+  for (size_t i = 0; i < s.sampled_ids.size(); ++i) {
+    const int64_t id = s.sampled_ids[i];
+    if (id < 0 || id >= rows || (i > 0 && id <= s.sampled_ids[i - 1])) {
+      throw FormatError(where, "profile summary from rank ", sender, " holds sampled id ", id,
+                        " at position ", i, ": ids must be increasing and inside [0, ", rows, ")");
+    }
+  }
+  if (s.nnz < 0 || s.nnz > rows) {
+    throw FormatError(where, "profile summary from rank ", sender, " announces ", s.nnz, " rows");
+  }
+  return s;
+}
+
+}  // namespace
+
+bool ProfileSchedule::ShouldProfile(int64_t call) const {
+  if (call < warmup_calls) return true;
+  return every > 0 && call % every == 0;
+}
+
+RankSummary Summarize(const SparseTensor& t, int n, int64_t block_values, double fraction,
+                      uint64_t seed) {
+  RankSummary s;
+  const auto ids = t.ids();
+  s.nnz = static_cast<int64_t>(ids.size());
+  s.range_rows = CountPerRange(ids, BalancedChunkBounds(t.rows(), n));
+  const std::vector<int64_t> blocks = BlocksOf(ids, t.width(), block_values);
+  s.blocks = static_cast<int64_t>(blocks.size());
+  const int64_t nb = OmniBlockCount(t.rows(), t.width(), block_values);
+  s.range_blocks = CountPerRange(blocks, BalancedChunkBounds(nb, n));
+  if (fraction >= 1) {
+    s.sampled_ids.assign(ids.begin(), ids.end());
+    return s;
+  }
+  const UniversalHash hash(seed, 2);
+  const auto threshold = static_cast<uint64_t>(fraction * static_cast<double>(kHashPrime));
+  for (int64_t id : ids) {
+    const uint64_t unit = static_cast<uint64_t>(id * t.width() / block_values);
+    if (hash.Raw(unit % kHashPrime) < threshold) s.sampled_ids.push_back(id);
+  }
+  return s;
+}
+
+WorkloadProfile CombineSummaries(std::span<const RankSummary> ranks, int64_t rows, int64_t width,
+                                 int64_t block_values) {
+  const int n = static_cast<int>(ranks.size());
+  if (n < 1) throw InvalidArgument("CombineSummaries needs at least one rank");
+  WorkloadProfile p;
+  SparsityProfile& s = p.sparsity;
+  s.world_size = n;
+  s.rows = rows;
+  s.width = width;
+  p.block_values = block_values;
+  const std::vector<int64_t> row_bounds = BalancedChunkBounds(rows, n);
+  const int64_t nb = OmniBlockCount(rows, width, block_values);
+  const std::vector<int64_t> block_bounds = BalancedChunkBounds(nb, n);
+
+  double nnz = 0, blocks = 0;
+  std::vector<int64_t> range_rows(static_cast<size_t>(n), 0), range_blocks(static_cast<size_t>(n), 0);
+  for (const RankSummary& r : ranks) {
+    nnz += static_cast<double>(r.nnz);
+    blocks += static_cast<double>(r.blocks);
+    for (int o = 0; o < n; ++o) {
+      range_rows[static_cast<size_t>(o)] += r.range_rows[static_cast<size_t>(o)];
+      range_blocks[static_cast<size_t>(o)] += r.range_blocks[static_cast<size_t>(o)];
+    }
+  }
+  s.density = nnz / n / static_cast<double>(rows);
+  p.block_density = blocks / n / static_cast<double>(nb);
+  p.row_share = Shares(range_rows, row_bounds);
+  p.block_share = Shares(range_blocks, block_bounds);
+  s.skewness = 0;
+  for (int o = 0; o < n; ++o) {
+    const double size = static_cast<double>(row_bounds[static_cast<size_t>(o) + 1] - row_bounds[static_cast<size_t>(o)]);
+    if (size > 0) s.skewness = std::max(s.skewness, p.row_share[static_cast<size_t>(o)] * static_cast<double>(rows) / size);
+  }
+
+  // gamma(k) = |union of samples of ranks < k| / mean sample size of ranks < k.
+  std::vector<int64_t> united;
+  double sampled = 0, sampled_blocks = 0;
+  s.gamma.clear();
+  std::vector<int64_t> united_blocks;
+  for (int k = 1; k <= n; ++k) {
+    const RankSummary& r = ranks[static_cast<size_t>(k - 1)];
+    united = Union(united, r.sampled_ids);
+    sampled += static_cast<double>(r.sampled_ids.size());
+    const std::vector<int64_t> rb = BlocksOf(r.sampled_ids, width, block_values);
+    united_blocks = Union(united_blocks, rb);
+    sampled_blocks += static_cast<double>(rb.size());
+    s.gamma.push_back(sampled > 0 ? static_cast<double>(united.size()) / (sampled / k) : 1.0);
+  }
+  s.gamma[0] = 1;
+  p.union_row_share = Shares(CountPerRange(united, row_bounds), row_bounds);
+  p.block_gamma_n = sampled_blocks > 0 ? static_cast<double>(united_blocks.size()) / (sampled_blocks / n) : 1.0;
+  p.union_block_share = Shares(CountPerRange(united_blocks, block_bounds), block_bounds);
+  return p;
+}
+
+WorkloadProfile ProfileInputs(std::span<const SparseTensor> per_rank, int64_t block_values) {
+  if (per_rank.empty()) throw InvalidArgument("ProfileInputs needs at least one tensor");
+  const int n = static_cast<int>(per_rank.size());
+  std::vector<RankSummary> summaries;
+  for (const SparseTensor& t : per_rank) {
+    if (t.rows() != per_rank[0].rows() || t.width() != per_rank[0].width()) {
+      throw InvalidArgument(Where{-1, t.name()}, "ProfileInputs: shape [", t.rows(), ", ", t.width(),
+                            "] differs from [", per_rank[0].rows(), ", ", per_rank[0].width(), "]");
+    }
+    summaries.push_back(Summarize(t, n, block_values, 1.0, 0));
+  }
+  return CombineSummaries(summaries, per_rank[0].rows(), per_rank[0].width(), block_values);
+}
+
+WorkloadProfile MeasureProfile(Communicator& comm, const SparseTensor& local,
+                               const ProfilerOptions& options) {
+  const int n = comm.size();
+  const std::vector<int64_t> nnz = AllGatherInt(comm, static_cast<int64_t>(local.nnz()));
+  const int64_t max_nnz = *std::max_element(nnz.begin(), nnz.end());
+  const double fraction =
+      max_nnz <= options.sample_ids ? 1.0 : static_cast<double>(options.sample_ids) / static_cast<double>(max_nnz);
+  const RankSummary mine = Summarize(local, n, options.block_values, fraction, options.seed);
+  const std::vector<int64_t> wire = Serialize(mine);
+  const std::vector<ByteBuffer> all = AllGatherV(comm, AsBytes(wire));
+  std::vector<RankSummary> ranks;
+  const Where where{comm.rank(), local.name()};
+  for (int q = 0; q < n; ++q) {
+    ranks.push_back(q == comm.rank() ? mine
+                                     : Deserialize(all[static_cast<size_t>(q)], n, local.rows(), where, q));
+  }
+  return CombineSummaries(ranks, local.rows(), local.width(), options.block_values);
+}
+
+bool Profiler::Observe(Communicator& comm, const SparseTensor& local) {
+  const bool measure = options_.schedule.ShouldProfile(calls_);
+  ++calls_;
+  if (!measure) return false;
+  profile_ = MeasureProfile(comm, local, options_);
+  has_profile_ = true;
+  ++measurements_;
+  return true;
+}
+
+}  // namespace zen

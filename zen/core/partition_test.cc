@@ -1,0 +1,180 @@
+#include "zen/core/partition.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "zen/core/error.h"
+#include "zen/core/hierarchical_hash.h"
+
+namespace zen {
+namespace {
+
+// A dense buffer with about `density` of its rows non-zero (one random
+// element per non-zero row set, the rest zero, so "any element" matters).
+std::vector<float> RandomDense(int64_t rows, int64_t width, double density, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<float> d(static_cast<size_t>(rows * width), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (u(rng) < density) {
+      d[static_cast<size_t>(r * width + static_cast<int64_t>(rng() % width))] =
+          static_cast<float>(u(rng) + 0.5);
+    }
+  }
+  return d;
+}
+
+// Brute-force expectation: for each server, its non-zero rows in id order.
+void ExpectPartitionsOfDense(const Partitions& p, std::span<const float> dense, int64_t rows,
+                             int64_t width, const RowOwner& owner) {
+  ASSERT_EQ(p.servers, owner.servers());
+  ASSERT_EQ(p.width, width);
+  std::vector<std::vector<int64_t>> want(static_cast<size_t>(owner.servers()));
+  for (int64_t r = 0; r < rows; ++r) {
+    bool nz = false;
+    for (int64_t k = 0; k < width; ++k) nz |= dense[static_cast<size_t>(r * width + k)] != 0.0f;
+    if (nz) want[static_cast<size_t>(owner(r))].push_back(r);
+  }
+  for (int s = 0; s < owner.servers(); ++s) {
+    const auto ids = p.ids_of(s);
+    ASSERT_EQ(std::vector<int64_t>(ids.begin(), ids.end()), want[static_cast<size_t>(s)])
+        << "server " << s;
+    const auto vals = p.values_of(s);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      for (int64_t k = 0; k < width; ++k) {
+        ASSERT_EQ(vals[i * static_cast<size_t>(width) + static_cast<size_t>(k)],
+                  dense[static_cast<size_t>(ids[i] * width + k)]);
+      }
+    }
+  }
+}
+
+struct DenseCase {
+  std::string partitioner;
+  int threads;
+  int64_t width;
+  double density;
+};
+
+class DensePartitionTest : public ::testing::TestWithParam<DenseCase> {};
+
+TEST_P(DensePartitionTest, MatchesBruteForce) {
+  const DenseCase& c = GetParam();
+  const int64_t rows = 70001;  // several chunks of 16384 rows
+  const std::vector<float> dense = RandomDense(rows, c.width, c.density, 17);
+  auto part = MakePartitioner(c.partitioner, c.threads);
+  for (const RowOwner& owner : {RowOwner::Hash(5, 7), RowOwner::Range(rows, 4), RowOwner::Hash(9, 1)}) {
+    Partitions p;
+    part->PartitionDense(dense, rows, c.width, owner, p);
+    ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
+    // A second call on the same object (reused tables) gives the same.
+    Partitions again;
+    part->PartitionDense(dense, rows, c.width, owner, again);
+    EXPECT_EQ(again.ids, p.ids);
+    EXPECT_EQ(again.values, p.values);
+    EXPECT_EQ(again.offsets, p.offsets);
+  }
+}
+
+TEST_P(DensePartitionTest, SparseInputMatchesBruteForce) {
+  const DenseCase& c = GetParam();
+  const int64_t rows = 50000;
+  const std::vector<float> dense = RandomDense(rows, c.width, c.density, 23);
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  for (int64_t r = 0; r < rows; ++r) {
+    bool nz = false;
+    for (int64_t k = 0; k < c.width; ++k) nz |= dense[static_cast<size_t>(r * c.width + k)] != 0;
+    if (!nz) continue;
+    ids.push_back(r);
+    values.insert(values.end(), dense.begin() + r * c.width, dense.begin() + (r + 1) * c.width);
+  }
+  auto part = MakePartitioner(c.partitioner, c.threads);
+  const RowOwner owner = RowOwner::Hash(77, 5);
+  Partitions p;
+  part->PartitionSparse(ids, values, c.width, owner, p);
+  ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
+}
+
+std::vector<DenseCase> DenseCases() {
+  std::vector<DenseCase> out;
+  for (std::string name : {"counting", "hierarchical"}) {
+    for (int threads : {1, 3}) {
+      for (int64_t width : {1, 3}) {
+        for (double d : {0.0, 0.001, 0.2, 1.0}) out.push_back({name, threads, width, d});
+      }
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DensePartitionTest, ::testing::ValuesIn(DenseCases()),
+                         [](const ::testing::TestParamInfo<DenseCase>& i) {
+                           return i.param.partitioner + "_t" + std::to_string(i.param.threads) +
+                                  "_w" + std::to_string(i.param.width) + "_d" +
+                                  std::to_string(static_cast<int>(i.param.density * 1000));
+                         });
+
+TEST(RowOwner, RangeIsContiguousAndEven) {
+  for (int64_t rows : {1, 7, 100, 1001}) {
+    for (int n : {1, 2, 3, 8}) {
+      const RowOwner o = RowOwner::Range(rows, n);
+      std::vector<int64_t> size(static_cast<size_t>(n), 0);
+      int prev = 0;
+      for (int64_t id = 0; id < rows; ++id) {
+        const int s = o(id);
+        ASSERT_GE(s, prev);
+        ASSERT_LT(s, n);
+        prev = s;
+        ++size[static_cast<size_t>(s)];
+      }
+      const auto [lo, hi] = std::minmax_element(size.begin(), size.end());
+      EXPECT_LE(*hi - *lo, 1) << rows << " rows, n " << n;
+    }
+  }
+  EXPECT_THROW(RowOwner::Range(0, 2), InvalidArgument);
+}
+
+TEST(RowOwner, HashOwnerIsTheServerHash) {
+  const RowOwner o = RowOwner::Hash(123, 6);
+  const ServerHash h(123, 6);
+  for (int64_t id = 0; id < 1000; ++id) EXPECT_EQ(o(id), h(id));
+  EXPECT_EQ(o, RowOwner::Hash(123, 6));
+  EXPECT_FALSE(o == RowOwner::Hash(124, 6));
+}
+
+TEST(RowIsNonZero, ZeroSignAndNaN) {
+  const float neg_zero[2] = {-0.0f, 0.0f};
+  const float nan[2] = {0.0f, std::numeric_limits<float>::quiet_NaN()};
+  const float tiny[1] = {1e-40f};
+  EXPECT_FALSE(RowIsNonZero(neg_zero, 2));
+  EXPECT_TRUE(RowIsNonZero(nan, 2));
+  EXPECT_TRUE(RowIsNonZero(tiny, 1));
+}
+
+TEST(ParallelChunks, CoversEveryItemOnce) {
+  for (int threads : {1, 2, 5}) {
+    for (int64_t items : {0, 1, 10, 1000, 12345}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(items));
+      const int chunks = ParallelChunks(threads, items, 100, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      EXPECT_EQ(chunks, ChunkCount(threads, items, 100));
+      EXPECT_LE(chunks, threads);
+      for (int64_t i = 0; i < items; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1);
+    }
+  }
+}
+
+TEST(MakePartitioner, UnknownNameIsInvalidArgument) {
+  EXPECT_THROW(MakePartitioner("sorting", 1), InvalidArgument);
+  EXPECT_EQ(MakePartitioner("counting", 1)->name(), "counting");
+  EXPECT_EQ(MakePartitioner("hierarchical", 1)->name(), "hierarchical");
+}
+
+}  // namespace
+}  // namespace zen
