@@ -34,11 +34,16 @@ struct BenchConfig {
   int warmup = 1;
   bool progress = false;
   int threads = 0;
+  std::string wire_iface;  // testbed: interface whose counters give wire bytes
 };
 
 // Runs every scheme on this rank and returns, on rank 0, the gathered
 // report (JSON as documented in docs/benchmark.md); other ranks get null.
 nlohmann::json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config);
+
+// Combines the per-rank measurements of one scheme (or peer) into a report
+// row: slowest rank per iteration, max / mean bytes over ranks.
+nlohmann::json CombineRanks(const std::vector<nlohmann::json>& ranks);
 
 // Prints the human-readable table of a report.
 void PrintReport(const nlohmann::json& report);

@@ -13,19 +13,24 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "tools/zen/bench.h"
 #include "tools/zen/launcher.h"
 #include "tools/zen/registry_view.h"
+#include "tools/zen/testbed.h"
 #include "zen/comm/gloo_communicator.h"
 #include "zen/core/error.h"
+#include "zen/workload/trace.h"
 
 namespace zen::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: zen bench [--world N] [--trace FILE [--tensor NAME] | --synthetic SPEC]
                  [--schemes LIST|all] [--iters K] [--warmup W] [--json OUT] [--quiet]
+                 [--testbed NxRATE] [--peers LIST|all]
                  [--rank R --rendezvous URL [--hostname ADDR]] [--timeout-s S]
 
 Runs every scheme on N real worker processes (default 8) over Gloo TCP and
@@ -41,6 +46,11 @@ the dense reference, and rows mismatched.
   --iters K          measured iterations (default 5); --warmup W (default 1)
   --json OUT         also write the report as JSON (docs/benchmark.md)
   --quiet            no progress display (also off when stderr is no terminal)
+  --testbed NxRATE   run on N network namespaces (root, iproute2) whose links
+                     are shaped to RATE both ways, e.g. 8x500mbit: adds bytes
+                     on the wire per rank and the time bound (docs/performance.md)
+  --peers LIST       also run other libraries on the same hosts: torch-gloo-sparse,
+                     torch-gloo-dense, or all (PyTorch dist.all_reduce, Gloo)
   --rank R           run one worker of a multi-machine job (with --world,
   --rendezvous URL   file:DIR or redis://HOST:PORT; --hostname: address to bind)
   --timeout-s S      per-operation transport timeout (default 60)
@@ -48,7 +58,8 @@ the dense reference, and rows mismatched.
 
 const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", "schemes",
                                        "iters", "warmup", "json", "rank", "rendezvous",
-                                       "hostname", "timeout-s", "threads", "prefix"};
+                                       "hostname", "timeout-s", "threads", "prefix",
+                                       "testbed", "peers", "report-file", "wire-iface"};
 const std::set<std::string> kSwitches = {"quiet", "help", "progress"};
 
 BenchConfig Config(const Flags& flags) {
@@ -64,6 +75,7 @@ BenchConfig Config(const Flags& flags) {
   if (c.iters < 1 || c.warmup < 0) throw InvalidArgument("--iters must be >= 1, --warmup >= 0");
   c.progress = flags.Has("progress");
   c.threads = static_cast<int>(flags.Int("threads", 0));
+  c.wire_iface = flags.Str("wire-iface", "");
   return c;
 }
 
@@ -85,6 +97,12 @@ int RunOneWorker(const Flags& flags) {
   auto comm = ConnectGloo(rank, world, options);
   const nlohmann::json report = RunWorker(*comm, workload, config);
   if (rank != 0) return 0;
+  if (auto file = flags.Get("report-file")) {  // the local launcher prints
+    std::ofstream f(*file);
+    f << report.dump() << "\n";
+    if (!f) throw InvalidArgument("cannot write --report-file " + *file);
+    return 0;
+  }
   PrintReport(report);
   if (auto out = flags.Get("json")) {
     std::ofstream f(*out);
@@ -103,12 +121,60 @@ int RunBench(Args args) {
     return 0;
   }
   if (flags.Has("rank")) return RunOneWorker(flags);
-  const int world = static_cast<int>(flags.Int("world", 8));
+  std::optional<TestbedSpec> link;
+  if (auto spec = flags.Get("testbed")) link = ParseTestbedSpec(*spec);
+  const int world = static_cast<int>(flags.Int("world", link ? link->hosts : 8));
   if (world < 1) throw InvalidArgument("--world must be >= 1");
-  Config(flags);                 // fail fast on bad options, before spawning
-  LoadWorkload(flags, world);    // and on a bad workload
+  if (link && world != link->hosts) {
+    throw InvalidArgument("--world " + std::to_string(world) + " differs from the " +
+                          std::to_string(link->hosts) + " testbed hosts");
+  }
+  const BenchConfig config = Config(flags);  // fail fast on bad options, before spawning
+  const std::vector<std::string> peers = ParsePeers(flags.Str("peers", ""));
+  const Workload workload = LoadWorkload(flags, world);  // and on a bad workload
   const bool progress = !flags.Has("quiet") && isatty(STDERR_FILENO);
-  return LaunchLocalWorkers(args, world, progress);
+
+  std::unique_ptr<Testbed> bed;  // torn down on every way out
+  if (link) bed = std::make_unique<Testbed>(*link);
+  const LaunchPlan plan = bed ? bed->Plan() : LaunchPlan{};
+  TempDir scratch;
+  std::vector<std::string> worker_args(args.begin(), args.end());
+  worker_args.insert(worker_args.end(), {"--report-file", scratch.path() + "/report.json"});
+  if (bed) worker_args.insert(worker_args.end(), {"--wire-iface", kTestbedInterface});
+  if (const int rc = LaunchLocalWorkers(worker_args, world, progress, plan); rc != 0) return rc;
+  std::ifstream in(scratch.path() + "/report.json");
+  if (!in) throw InvalidArgument("worker rank 0 wrote no report");
+  nlohmann::json report = nlohmann::json::parse(in);
+
+  if (!peers.empty()) {
+    PeerRun run;
+    run.peers = peers;
+    run.world = world;
+    run.iters = config.iters;
+    run.warmup = config.warmup;
+    run.timeout_s = static_cast<double>(flags.Int("timeout-s", 60));
+    run.dir = scratch.path();
+    run.trace_path = scratch.path() + "/workload.safetensors";
+    run.tensor = "workload";
+    run.iface = bed ? kTestbedInterface : "";
+    run.plan = plan;
+    Trace trace;
+    trace.world_size = world;
+    trace.metadata["generator"] = "zen bench (workload handed to the peers)";
+    trace.Add(run.tensor, workload.per_rank);
+    WriteTrace(run.trace_path, trace);
+    for (nlohmann::json& row : RunPeers(run)) report["results"].push_back(std::move(row));
+  }
+  AnnotateReport(report, link ? &*link : nullptr, UsableCores());
+  PrintReport(report);
+  std::fflush(stdout);
+  for (const std::string& w : CpuWarnings(report)) std::fprintf(stderr, "%s\n", w.c_str());
+  if (auto out = flags.Get("json")) {
+    std::ofstream f(*out);
+    f << report.dump(2) << "\n";
+    if (!f) throw InvalidArgument("cannot write --json " + *out);
+  }
+  return 0;
 }
 
 }  // namespace zen::cli

@@ -16,6 +16,12 @@ std::string Bytes(double b) {
   return buf;
 }
 
+// A byte field of a result row, "n/a" when it was not measured (peers have
+// no payload counters; wire counters exist only on the testbed).
+std::string BytesOf(const nlohmann::json& r, const char* key) {
+  return r.contains(key) ? Bytes(r[key].get<double>()) : "n/a";
+}
+
 }  // namespace
 
 void PrintReport(const nlohmann::json& report) {
@@ -28,25 +34,42 @@ void PrintReport(const nlohmann::json& report) {
               t["rows"].get<long long>(), t["width"].get<long long>(), nnz_sum / world,
               t["union_rows"].get<long long>(), report["world_size"].get<int>());
   const double bound = t["lower_bound_bytes_max"].get<double>();
-  std::printf("limit     a rank must receive at least %s (max over ranks)\n", Bytes(bound).c_str());
+  std::printf("limit     a rank must receive at least %s (max over ranks)", Bytes(bound).c_str());
+  const double bound_s = report.value("lower_bound_time_s", 0.0);
+  if (report.contains("link")) {
+    std::printf(" = %.3f ms at %s\n", 1e3 * bound_s, report["link"]["rate"].get<std::string>().c_str());
+    std::printf("testbed   %d hosts, each link shaped to %s both ways; wire = bytes through the\n"
+                "          host's interface per iteration (TCP/IP + Gloo framing, barriers)\n",
+                report["link"]["hosts"].get<int>(), report["link"]["rate"].get<std::string>().c_str());
+  } else {
+    std::printf("\n");
+  }
   std::printf("timing    %d iterations after %d warm-up; time = slowest rank per iteration\n\n",
               report["iters"].get<int>(), report["warmup"].get<int>());
-  std::printf("%-18s %11s %11s %11s %11s %11s %11s %8s %10s %9s\n", "scheme", "median ms",
-              "min ms", "sent max", "sent mean", "recv max", "recv mean", "recv/LB",
-              "max relerr", "rows bad");
+  const bool wire = report.contains("link");
+  std::printf("%-18s %11s %11s %11s %11s %11s %11s %8s", "scheme", "median ms", "min ms",
+              "sent max", "sent mean", "recv max", "recv mean", "recv/LB");
+  if (wire) std::printf(" %11s %11s %7s", "wire recv", "wire sent", "t/LB");
+  std::printf(" %10s %9s\n", "max relerr", "rows bad");
   for (const auto& r : report["results"]) {
     const std::string name = r["scheme"].get<std::string>();
     if (r.contains("error")) {
       std::printf("%-18s error: %s\n", name.c_str(), r["error"].get<std::string>().c_str());
       continue;
     }
-    const double recv_max = r["bytes_recv_max"].get<double>();
-    std::printf("%-18s %11.3f %11.3f %11s %11s %11s %11s %8.2f %10.2e %9lld\n", name.c_str(),
+    char ratio[16] = "n/a";
+    if (r.contains("bytes_recv_max") && bound > 0) {
+      std::snprintf(ratio, sizeof ratio, "%.2f", r["bytes_recv_max"].get<double>() / bound);
+    }
+    std::printf("%-18s %11.3f %11.3f %11s %11s %11s %11s %8s", name.c_str(),
                 1e3 * r["time_s_median"].get<double>(), 1e3 * r["time_s_min"].get<double>(),
-                Bytes(r["bytes_sent_max"].get<double>()).c_str(),
-                Bytes(r["bytes_sent_mean"].get<double>()).c_str(), Bytes(recv_max).c_str(),
-                Bytes(r["bytes_recv_mean"].get<double>()).c_str(),
-                bound > 0 ? recv_max / bound : 0.0, r["max_rel_error"].get<double>(),
+                BytesOf(r, "bytes_sent_max").c_str(), BytesOf(r, "bytes_sent_mean").c_str(),
+                BytesOf(r, "bytes_recv_max").c_str(), BytesOf(r, "bytes_recv_mean").c_str(), ratio);
+    if (wire) {
+      std::printf(" %11s %11s %7.2f", BytesOf(r, "wire_bytes_recv_max").c_str(),
+                  BytesOf(r, "wire_bytes_sent_max").c_str(), r.value("time_over_bound", 0.0));
+    }
+    std::printf(" %10.2e %9lld\n", r["max_rel_error"].get<double>(),
                 r["rows_mismatch"].get<long long>());
   }
 }

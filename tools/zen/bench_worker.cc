@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <optional>
 
 #include "tools/zen/bench.h"
 #include "tools/zen/registry_view.h"
@@ -24,6 +26,22 @@ double CpuSeconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+// Bytes through this host's interface (testbed: read inside its namespace),
+// so the figures include TCP/IP and Gloo framing.
+struct WireCounters {
+  uint64_t sent = 0, recv = 0;
+};
+std::optional<WireCounters> ReadWire(const std::string& iface) {
+  if (iface.empty()) return std::nullopt;
+  const std::string dir = "/sys/class/net/" + iface + "/statistics/";
+  std::ifstream tx(dir + "tx_bytes"), rx(dir + "rx_bytes");
+  WireCounters c;
+  if (!(tx >> c.sent) || !(rx >> c.recv)) {
+    throw InvalidArgument("cannot read the counters of interface " + iface + " in " + dir);
+  }
+  return c;
+}
+
 // This rank's measurements of one scheme.
 json MeasureScheme(Communicator& comm, const std::string& id, const Workload& workload,
                    const DenseReference& reference, const BenchConfig& config, int index) {
@@ -36,6 +54,7 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
   double max_err = 0, cpu = 0;
   int64_t mismatch = 0;
   uint64_t sent = 0, recv = 0;
+  std::optional<WireCounters> wire0;
   const int total = config.warmup + config.iters;
   for (int it = 0; it < total; ++it) {
     if (config.progress && comm.rank() == 0) {
@@ -43,6 +62,12 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
                    config.schemes.size(), id.c_str(), it + 1, total);
     }
     Barrier(comm);
+    if (it == config.warmup && !config.wire_iface.empty()) {
+      // Every warm-up byte has arrived (barrier above); nothing measured has
+      // started (barrier below).
+      wire0 = ReadWire(config.wire_iface);
+      Barrier(comm);
+    }
     comm.ResetCounters();
     const double cpu0 = CpuSeconds();
     const auto t0 = std::chrono::steady_clock::now();
@@ -58,6 +83,13 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
       times.push_back(std::chrono::duration<double>(t1 - t0).count());
       cpu += cpu1 - cpu0;
     }
+  }
+  if (wire0) {
+    // Over the measured iterations and their barriers, per iteration.
+    Barrier(comm);
+    const WireCounters wire1 = *ReadWire(config.wire_iface);
+    out["wire_sent"] = (wire1.sent - wire0->sent) / static_cast<uint64_t>(config.iters);
+    out["wire_recv"] = (wire1.recv - wire0->recv) / static_cast<uint64_t>(config.iters);
   }
   out["times"] = times;
   out["bytes_sent"] = sent;
@@ -75,8 +107,9 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-// Combines the ranks' measurements of one scheme.
-json Combine(const std::vector<json>& ranks) {
+}  // namespace
+
+json CombineRanks(const std::vector<json>& ranks) {
   json out = {{"scheme", ranks[0]["scheme"]}};
   if (ranks[0].contains("error")) {
     out["error"] = ranks[0]["error"];
@@ -84,14 +117,16 @@ json Combine(const std::vector<json>& ranks) {
   }
   const size_t iters = ranks[0]["times"].size();
   std::vector<double> per_iter(iters, 0.0);
-  std::vector<uint64_t> sent, recv;
+  std::vector<uint64_t> sent, recv, wire_sent, wire_recv;
   std::vector<double> cpu;
   double err = 0;
   int64_t mismatch = 0;
   for (const json& r : ranks) {
     for (size_t i = 0; i < iters; ++i) per_iter[i] = std::max(per_iter[i], r["times"][i].get<double>());
-    sent.push_back(r["bytes_sent"].get<uint64_t>());
-    recv.push_back(r["bytes_recv"].get<uint64_t>());
+    if (r.contains("bytes_sent")) sent.push_back(r["bytes_sent"].get<uint64_t>());
+    if (r.contains("bytes_recv")) recv.push_back(r["bytes_recv"].get<uint64_t>());
+    if (r.contains("wire_sent")) wire_sent.push_back(r["wire_sent"].get<uint64_t>());
+    if (r.contains("wire_recv")) wire_recv.push_back(r["wire_recv"].get<uint64_t>());
     cpu.push_back(r["cpu_s"].get<double>());
     err = std::max(err, r["max_rel_error"].get<double>());
     mismatch = std::max(mismatch, r["rows_mismatch"].get<int64_t>());
@@ -105,17 +140,25 @@ json Combine(const std::vector<json>& ranks) {
   out["time_s_min"] = per_iter.empty() ? 0 : *std::min_element(per_iter.begin(), per_iter.end());
   out["time_s_max"] = per_iter.empty() ? 0 : *std::max_element(per_iter.begin(), per_iter.end());
   out["times_s"] = per_iter;
-  out["bytes_sent_max"] = *std::max_element(sent.begin(), sent.end());
-  out["bytes_sent_mean"] = mean(sent);
-  out["bytes_recv_max"] = *std::max_element(recv.begin(), recv.end());
-  out["bytes_recv_mean"] = mean(recv);
-  out["bytes_sent_per_rank"] = sent;
-  out["bytes_recv_per_rank"] = recv;
+  // Payload counters (absent for peers, which have none) and wire counters
+  // (testbed only), each only when every rank reported them.
+  const auto put = [&](const std::string& key, const std::vector<uint64_t>& v) {
+    if (v.size() != ranks.size()) return;
+    out[key + "_max"] = *std::max_element(v.begin(), v.end());
+    out[key + "_mean"] = mean(v);
+    out[key + "_per_rank"] = v;
+  };
+  put("bytes_sent", sent);
+  put("bytes_recv", recv);
+  put("wire_bytes_sent", wire_sent);
+  put("wire_bytes_recv", wire_recv);
   out["cpu_s_per_rank"] = cpu;
   out["max_rel_error"] = err;
   out["rows_mismatch"] = mismatch;
   return out;
 }
+
+namespace {
 
 // Per-rank must-receive bytes: every row of the sum this rank does not hold
 // alone, times the row bytes (see docs/performance.md, "The limit").
@@ -178,7 +221,7 @@ json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& 
   for (size_t k = 0; k < config.schemes.size(); ++k) {
     std::vector<json> ranks;
     for (const auto& r : by_rank) ranks.push_back(r[k]);
-    results.push_back(Combine(ranks));
+    results.push_back(CombineRanks(ranks));
   }
   report["results"] = results;
   return report;

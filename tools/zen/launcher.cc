@@ -16,28 +16,6 @@
 namespace zen::cli {
 namespace {
 
-// A temporary directory removed when the run ends.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base && *base ? base : "/tmp") + "/zen-bench-XXXXXX";
-    if (!mkdtemp(templ.data())) {
-      throw InvalidArgument("cannot create a temporary directory under " + templ + ": " +
-                            std::strerror(errno));
-    }
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 std::string SelfExe() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -67,21 +45,26 @@ std::string Status(int status) {
 
 }  // namespace
 
-int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& plan) {
-  TempDir dir;
-  const std::string self = SelfExe();
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = std::string(base && *base ? base : "/tmp") + "/zen-bench-XXXXXX";
+  if (!mkdtemp(templ.data())) {
+    throw InvalidArgument("cannot create a temporary directory under " + templ + ": " +
+                          std::strerror(errno));
+  }
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
+                       const std::string& what) {
   std::map<pid_t, int> rank_of;
-  for (int r = 0; r < world; ++r) {
-    std::vector<std::string> argv;
-    if (r < static_cast<int>(plan.prefix.size())) argv = plan.prefix[static_cast<size_t>(r)];
-    argv.insert(argv.end(), {self, "bench"});
-    argv.insert(argv.end(), args.begin(), args.end());
-    argv.insert(argv.end(), {"--rank", std::to_string(r), "--rendezvous", "file:" + dir.path() + "/store"});
-    if (r < static_cast<int>(plan.hostname.size()) && !plan.hostname[static_cast<size_t>(r)].empty()) {
-      argv.insert(argv.end(), {"--hostname", plan.hostname[static_cast<size_t>(r)]});
-    }
-    if (r == 0 && progress) argv.push_back("--progress");
-    rank_of[Spawn(argv)] = r;
+  for (size_t r = 0; r < argv_per_rank.size(); ++r) {
+    rank_of[Spawn(argv_per_rank[r])] = static_cast<int>(r);
   }
   int failed_rank = -1;
   std::string failure;
@@ -103,11 +86,30 @@ int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& pl
     }
   }
   if (failed_rank >= 0) {
-    std::fprintf(stderr, "zen bench: worker rank %d failed (%s); the other workers were stopped\n",
-                 failed_rank, failure.c_str());
+    std::fprintf(stderr, "zen bench: %s rank %d failed (%s); the others were stopped\n",
+                 what.c_str(), failed_rank, failure.c_str());
     return 1;
   }
   return 0;
+}
+
+int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& plan) {
+  TempDir dir;
+  const std::string self = SelfExe();
+  std::vector<std::vector<std::string>> argvs;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> argv;
+    if (r < static_cast<int>(plan.prefix.size())) argv = plan.prefix[static_cast<size_t>(r)];
+    argv.insert(argv.end(), {self, "bench"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--rank", std::to_string(r), "--rendezvous", "file:" + dir.path() + "/store"});
+    if (r < static_cast<int>(plan.hostname.size()) && !plan.hostname[static_cast<size_t>(r)].empty()) {
+      argv.insert(argv.end(), {"--hostname", plan.hostname[static_cast<size_t>(r)]});
+    }
+    if (r == 0 && progress) argv.push_back("--progress");
+    argvs.push_back(std::move(argv));
+  }
+  return SuperviseProcesses(argvs, "worker");
 }
 
 }  // namespace zen::cli

@@ -15,11 +15,30 @@
 
 namespace zen::cli {
 
+// A fresh directory under $TMPDIR (else /tmp), removed with its contents
+// when the object goes away.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 struct LaunchPlan {
   std::vector<std::vector<std::string>> prefix;  // per rank, may be empty
   std::vector<std::string> hostname;             // per rank, empty: 127.0.0.1
 };
 
 int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& plan = {});
+
+// Starts one process per argv (rank = position) and waits for all; the first
+// failure kills the rest and returns 1, naming `what` and the rank.
+int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
+                       const std::string& what);
 
 }  // namespace zen::cli

@@ -66,8 +66,9 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
   if (d.predictions.empty()) {
     throw InvalidArgument(Where{rank, local.name()}, "auto: no candidate scheme has a cost model");
   }
-  const auto best = std::min_element(d.predictions.begin(), d.predictions.end(),
-                                     [](const Prediction& a, const Prediction& b) { return a.time_s < b.time_s; });
+  const auto best = std::min_element(
+      d.predictions.begin(), d.predictions.end(),
+      [](const Prediction& a, const Prediction& b) { return a.time_s < b.time_s; });
   d.chosen = best->scheme;
   d.forced = false;
   if ((options_.log || Env("ZEN_LOG") == "info") && rank == 0) {
@@ -94,17 +95,17 @@ SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
 std::string FormatDecision(const AutoDecision& d) {
   std::ostringstream os;
   const SparsityProfile& s = d.profile.sparsity;
-  os << "zen auto: tensor '" << d.tensor << "' [" << s.rows << " x " << s.width << "] call " << d.call
-     << ": n=" << s.world_size << " density=" << s.density
-     << " gamma(n)=" << (s.gamma.empty() ? 1.0 : s.gamma.back()) << " skew=" << s.skewness
-     << " -> " << d.chosen << (d.forced ? " (forced)" : "") << "\n";
+  os << "zen auto: tensor '" << d.tensor << "' [" << s.rows << " x " << s.width << "] call "
+     << d.call << ": n=" << s.world_size << " density=" << s.density
+     << " gamma(n)=" << (s.gamma.empty() ? 1.0 : s.gamma.back()) << " skew=" << s.skewness << " -> "
+     << d.chosen << (d.forced ? " (forced)" : "") << "\n";
   char line[160];
-  std::snprintf(line, sizeof line, "  %-12s %14s %14s %12s\n", "scheme", "recv_max_B", "recv_mean_B",
-                "time_us");
+  std::snprintf(line, sizeof line, "  %-12s %14s %14s %12s\n", "scheme", "recv_max_B",
+                "recv_mean_B", "time_us");
   os << line;
   for (const Prediction& p : d.predictions) {
-    std::snprintf(line, sizeof line, "  %-12s %14.0f %14.0f %12.2f%s\n", p.scheme.c_str(), p.recv_max,
-                  p.recv_mean, p.time_s * 1e6, p.scheme == d.chosen ? "  <" : "");
+    std::snprintf(line, sizeof line, "  %-12s %14.0f %14.0f %12.2f%s\n", p.scheme.c_str(),
+                  p.recv_max, p.recv_mean, p.time_s * 1e6, p.scheme == d.chosen ? "  <" : "");
     os << line;
   }
   return os.str();

@@ -37,12 +37,12 @@
 namespace zen {
 
 struct AutoOptions {
-  SchemeOptions scheme;         // passed to the delegates
-  ProfilerOptions profiler;     // schedule and sample size
-  Network network;              // what time is predicted for
-  std::string force;            // a scheme id; empty = choose
+  SchemeOptions scheme;                 // passed to the delegates
+  ProfilerOptions profiler;             // schedule and sample size
+  Network network;                      // what time is predicted for
+  std::string force;                    // a scheme id; empty = choose
   std::vector<std::string> candidates;  // empty = every registered, modeled scheme
-  bool log = false;             // print decisions (also ZEN_LOG=info)
+  bool log = false;                     // print decisions (also ZEN_LOG=info)
 };
 
 // One decision: the predictions it compared and the winner.

@@ -18,18 +18,18 @@ constexpr double kCountBytes = 8;  // one int64 count per peer (ExchangeCounts /
 struct Inputs {
   int n = 1;
   int64_t rows = 1, width = 1;
-  double row = 12;   // COO bytes of one row: index + width values
-  double vals = 4;   // value bytes of one row
-  double nnz = 0;    // mean rows per rank
+  double row = 12;  // COO bytes of one row: index + width values
+  double vals = 4;  // value bytes of one row
+  double nnz = 0;   // mean rows per rank
   std::vector<double> gamma;
   std::vector<double> row_share, union_row_share;
   int64_t block_values = 256;
-  double blocks = 1;       // number of blocks
-  double db = 0;           // per-rank non-zero blocks (count)
-  double ub = 0;           // union of n ranks' non-zero blocks (count)
-  double record = 0;       // mean bytes of one block record
+  double blocks = 1;  // number of blocks
+  double db = 0;      // per-rank non-zero blocks (count)
+  double ub = 0;      // union of n ranks' non-zero blocks (count)
+  double record = 0;  // mean bytes of one block record
   std::vector<double> block_share, union_block_share;
-  double meta = 0;         // agreement bytes per peer
+  double meta = 0;  // agreement bytes per peer
 
   // Union rows of k ranks (k >= 1), capped at rows.
   double Union(int k) const {
@@ -47,7 +47,8 @@ std::vector<double> SharesFromSkew(double skewness, int64_t total, int n) {
   const double rest = static_cast<double>(total) - first;
   for (int o = 1; o < n; ++o) {
     share[static_cast<size_t>(o)] =
-        rest > 0 ? (1 - share[0]) * static_cast<double>(BalancedChunk(total, n, o).size()) / rest : 0;
+        rest > 0 ? (1 - share[0]) * static_cast<double>(BalancedChunk(total, n, o).size()) / rest
+                 : 0;
   }
   return share;
 }
@@ -58,24 +59,26 @@ double MeanRecordBytes(int64_t rows, int64_t width, int64_t block_values) {
   const int64_t nb = OmniBlockCount(rows, width, block_values);
   const int64_t probe = std::min<int64_t>(nb, 4096);
   double sum = 0;
-  for (int64_t b = 0; b < probe; ++b) sum += static_cast<double>(OmniBlockRecordBytes(b, rows, width, block_values));
+  for (int64_t b = 0; b < probe; ++b)
+    sum += static_cast<double>(OmniBlockRecordBytes(b, rows, width, block_values));
   return sum / static_cast<double>(probe);
 }
 
 void Validate(const WorkloadProfile& p) {
   const SparsityProfile& s = p.sparsity;
   if (s.world_size < 1 || s.rows < 1 || s.width < 1) {
-    throw InvalidArgument("cost model: profile has world_size ", s.world_size, ", rows ", s.rows,
-                          ", width ", s.width, "; all must be >= 1");
+    throw InvalidArgument(Where{}, "cost model: profile has world_size ", s.world_size, ", rows ",
+                          s.rows, ", width ", s.width, "; all must be >= 1");
   }
   if (!(s.density >= 0 && s.density <= 1)) {
-    throw InvalidArgument("cost model: density ", s.density, " is outside [0, 1]");
+    throw InvalidArgument(Where{}, "cost model: density ", s.density, " is outside [0, 1]");
   }
   if (s.gamma.size() < static_cast<size_t>(s.world_size)) {
-    throw InvalidArgument("cost model: gamma has ", s.gamma.size(), " entries, world size is ",
-                          s.world_size);
+    throw InvalidArgument(Where{}, "cost model: gamma has ", s.gamma.size(),
+                          " entries, world size is ", s.world_size);
   }
-  if (p.block_values < 1) throw InvalidArgument("cost model: block_values ", p.block_values, " < 1");
+  if (p.block_values < 1)
+    throw InvalidArgument(Where{}, "cost model: block_values ", p.block_values, " < 1");
 }
 
 Inputs Derive(const WorkloadProfile& p) {
@@ -104,7 +107,8 @@ Inputs Derive(const WorkloadProfile& p) {
   const double db = p.block_density >= 0 ? p.block_density : fill(s.density);
   in.db = db * in.blocks;
   const double union_d = in.Union(in.n) / static_cast<double>(s.rows);
-  in.ub = p.block_gamma_n >= 0 ? std::min(in.blocks, p.block_gamma_n * in.db) : fill(union_d) * in.blocks;
+  in.ub = p.block_gamma_n >= 0 ? std::min(in.blocks, p.block_gamma_n * in.db)
+                               : fill(union_d) * in.blocks;
   in.block_share = p.block_share.size() == n ? p.block_share : SharesFromSkew(s.skewness, nb, in.n);
   in.union_block_share = p.union_block_share.size() == n ? p.union_block_share : in.block_share;
   in.meta = p.count_agreement ? kAgreementBytes : 0;
@@ -170,12 +174,15 @@ Volumes AgSparse(const Inputs& in) {
 }
 
 // sparcml: every stage a rank receives an 8-byte header plus the stream of
-// its partner's group, whose size is the union of the group's ranks.
+// its partner's group, whose size is the union of the group's ranks. The
+// payload follows its header without waiting for the receiver, so a stage
+// costs one latency.
 Volumes Sparcml(const Inputs& in) {
   Volumes v = NewVolumes(in);
   if (in.n == 1) return v;
   const auto stream = [&](int k) {
-    return 8 + static_cast<double>(SparcmlStreamBytes(std::llround(in.Union(k)), in.rows, in.width));
+    return 8 +
+           static_cast<double>(SparcmlStreamBytes(std::llround(in.Union(k)), in.rows, in.width));
   };
   std::vector<RecursiveDoublingPlan> plans;
   for (int r = 0; r < in.n; ++r) plans.push_back(RecursiveDoubling(r, in.n));
@@ -189,7 +196,7 @@ Volumes Sparcml(const Inputs& in) {
     for (int e = p; e < in.n; ++e) add(e - p, e, stream(1));
     for (int e = p; e < in.n; ++e) group[static_cast<size_t>(e - p)] = 2;
     v.stage_max.push_back(stream(1));
-    v.rounds += 2;
+    v.rounds += 1;
   }
   for (size_t k = 0; k < plans[0].partners.size(); ++k) {
     std::vector<int> next = group;
@@ -202,12 +209,12 @@ Volumes Sparcml(const Inputs& in) {
     }
     group = next;
     v.stage_max.push_back(biggest);
-    v.rounds += 2;
+    v.rounds += 1;
   }
   if (p != in.n) {  // send the result back
     for (int e = p; e < in.n; ++e) add(e, e - p, stream(in.n));
     v.stage_max.push_back(stream(in.n));
-    v.rounds += 2;
+    v.rounds += 1;
   }
   return v;
 }
@@ -270,9 +277,8 @@ Prediction Finish(std::string_view scheme, const Volumes& v, const Network& net)
   p.sent_max = MaxOf(v.sent);
   p.rounds = v.rounds;
   const double bottleneck =
-      v.stage_max.empty()
-          ? std::max(p.recv_max, p.sent_max)
-          : v.base + std::accumulate(v.stage_max.begin(), v.stage_max.end(), 0.0);
+      v.stage_max.empty() ? std::max(p.recv_max, p.sent_max)
+                          : v.base + std::accumulate(v.stage_max.begin(), v.stage_max.end(), 0.0);
   p.time_s = v.rounds * net.latency_s + bottleneck / net.bandwidth_bytes_per_s;
   return p;
 }
@@ -287,13 +293,20 @@ std::optional<Prediction> Predict(std::string_view scheme, const WorkloadProfile
                                   const Network& network) {
   const Inputs in = Derive(profile);
   Volumes v;
-  if (scheme == "dense") v = Dense(in);
-  else if (scheme == "agsparse") v = AgSparse(in);
-  else if (scheme == "sparcml") v = Sparcml(in);
-  else if (scheme == "omnireduce") v = OmniReduce(in);
-  else if (scheme == "sparse_ps") v = SparsePs(in);
-  else if (scheme == "zen") v = Zen(in);
-  else return std::nullopt;
+  if (scheme == "dense")
+    v = Dense(in);
+  else if (scheme == "agsparse")
+    v = AgSparse(in);
+  else if (scheme == "sparcml")
+    v = Sparcml(in);
+  else if (scheme == "omnireduce")
+    v = OmniReduce(in);
+  else if (scheme == "sparse_ps")
+    v = SparsePs(in);
+  else if (scheme == "zen")
+    v = Zen(in);
+  else
+    return std::nullopt;
   return Finish(scheme, v, network);
 }
 

@@ -53,9 +53,9 @@ struct WorkloadProfile {
   std::vector<double> union_row_share;
   // OmniReduce's blocks of block_values values.
   int64_t block_values = 256;
-  double block_density = -1;  // mean per-rank fraction of non-zero blocks; < 0 unknown
-  double block_gamma_n = -1;  // non-zero blocks of the union of n / per-rank; < 0 unknown
-  std::vector<double> block_share;        // as row_share, over n even block ranges
+  double block_density = -1;        // mean per-rank fraction of non-zero blocks; < 0 unknown
+  double block_gamma_n = -1;        // non-zero blocks of the union of n / per-rank; < 0 unknown
+  std::vector<double> block_share;  // as row_share, over n even block ranges
   std::vector<double> union_block_share;  // as union_row_share
   // Whether Scheme::Sync's metadata exchange is counted (56 bytes per peer).
   bool count_agreement = true;

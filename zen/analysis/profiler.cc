@@ -23,13 +23,15 @@ std::vector<int64_t> BlocksOf(std::span<const int64_t> ids, int64_t width, int64
   std::vector<int64_t> out;
   for (int64_t id : ids) {
     const auto [b0, b1] = BlocksOfRow(id, width, block_values);
-    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b) out.push_back(b);
+    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b)
+      out.push_back(b);
   }
   return out;
 }
 
 // Counts of sorted values in each range [bounds[o], bounds[o + 1]).
-std::vector<int64_t> CountPerRange(std::span<const int64_t> sorted, const std::vector<int64_t>& bounds) {
+std::vector<int64_t> CountPerRange(std::span<const int64_t> sorted,
+                                   const std::vector<int64_t>& bounds) {
   std::vector<int64_t> out(bounds.size() - 1);
   for (size_t o = 0; o + 1 < bounds.size(); ++o) {
     out[o] = std::lower_bound(sorted.begin(), sorted.end(), bounds[o + 1]) -
@@ -139,7 +141,8 @@ WorkloadProfile CombineSummaries(std::span<const RankSummary> ranks, int64_t row
   const std::vector<int64_t> block_bounds = BalancedChunkBounds(nb, n);
 
   double nnz = 0, blocks = 0;
-  std::vector<int64_t> range_rows(static_cast<size_t>(n), 0), range_blocks(static_cast<size_t>(n), 0);
+  std::vector<int64_t> range_rows(static_cast<size_t>(n), 0),
+      range_blocks(static_cast<size_t>(n), 0);
   for (const RankSummary& r : ranks) {
     nnz += static_cast<double>(r.nnz);
     blocks += static_cast<double>(r.blocks);
@@ -154,8 +157,11 @@ WorkloadProfile CombineSummaries(std::span<const RankSummary> ranks, int64_t row
   p.block_share = Shares(range_blocks, block_bounds);
   s.skewness = 0;
   for (int o = 0; o < n; ++o) {
-    const double size = static_cast<double>(row_bounds[static_cast<size_t>(o) + 1] - row_bounds[static_cast<size_t>(o)]);
-    if (size > 0) s.skewness = std::max(s.skewness, p.row_share[static_cast<size_t>(o)] * static_cast<double>(rows) / size);
+    const double size = static_cast<double>(row_bounds[static_cast<size_t>(o) + 1] -
+                                            row_bounds[static_cast<size_t>(o)]);
+    if (size > 0)
+      s.skewness = std::max(s.skewness,
+                            p.row_share[static_cast<size_t>(o)] * static_cast<double>(rows) / size);
   }
 
   // gamma(k) = |union of samples of ranks < k| / mean sample size of ranks < k.
@@ -174,7 +180,8 @@ WorkloadProfile CombineSummaries(std::span<const RankSummary> ranks, int64_t row
   }
   s.gamma[0] = 1;
   p.union_row_share = Shares(CountPerRange(united, row_bounds), row_bounds);
-  p.block_gamma_n = sampled_blocks > 0 ? static_cast<double>(united_blocks.size()) / (sampled_blocks / n) : 1.0;
+  p.block_gamma_n =
+      sampled_blocks > 0 ? static_cast<double>(united_blocks.size()) / (sampled_blocks / n) : 1.0;
   p.union_block_share = Shares(CountPerRange(united_blocks, block_bounds), block_bounds);
   return p;
 }
@@ -185,8 +192,9 @@ WorkloadProfile ProfileInputs(std::span<const SparseTensor> per_rank, int64_t bl
   std::vector<RankSummary> summaries;
   for (const SparseTensor& t : per_rank) {
     if (t.rows() != per_rank[0].rows() || t.width() != per_rank[0].width()) {
-      throw InvalidArgument(Where{-1, t.name()}, "ProfileInputs: shape [", t.rows(), ", ", t.width(),
-                            "] differs from [", per_rank[0].rows(), ", ", per_rank[0].width(), "]");
+      throw InvalidArgument(Where{-1, t.name()}, "ProfileInputs: shape [", t.rows(), ", ",
+                            t.width(), "] differs from [", per_rank[0].rows(), ", ",
+                            per_rank[0].width(), "]");
     }
     summaries.push_back(Summarize(t, n, block_values, 1.0, 0));
   }
@@ -198,16 +206,18 @@ WorkloadProfile MeasureProfile(Communicator& comm, const SparseTensor& local,
   const int n = comm.size();
   const std::vector<int64_t> nnz = AllGatherInt(comm, static_cast<int64_t>(local.nnz()));
   const int64_t max_nnz = *std::max_element(nnz.begin(), nnz.end());
-  const double fraction =
-      max_nnz <= options.sample_ids ? 1.0 : static_cast<double>(options.sample_ids) / static_cast<double>(max_nnz);
+  const double fraction = max_nnz <= options.sample_ids ? 1.0
+                                                        : static_cast<double>(options.sample_ids) /
+                                                              static_cast<double>(max_nnz);
   const RankSummary mine = Summarize(local, n, options.block_values, fraction, options.seed);
   const std::vector<int64_t> wire = Serialize(mine);
   const std::vector<ByteBuffer> all = AllGatherV(comm, AsBytes(wire));
   std::vector<RankSummary> ranks;
   const Where where{comm.rank(), local.name()};
   for (int q = 0; q < n; ++q) {
-    ranks.push_back(q == comm.rank() ? mine
-                                     : Deserialize(all[static_cast<size_t>(q)], n, local.rows(), where, q));
+    ranks.push_back(q == comm.rank()
+                        ? mine
+                        : Deserialize(all[static_cast<size_t>(q)], n, local.rows(), where, q));
   }
   return CombineSummaries(ranks, local.rows(), local.width(), options.block_values);
 }

@@ -86,7 +86,7 @@ struct TensorAnalysis {
   std::vector<double> gamma;
   OverlapStats overlap;
   std::vector<std::vector<int64_t>> counts8, counts_n;  // [rank][range]
-  std::vector<double> skewness;                          // per rank, over n ranges
+  std::vector<double> skewness;                         // per rank, over n ranges
   double mean_skewness = 0, union_skewness = 0;
   double first_of_8_share = 0;  // of all ranks' non-zeros, in range 0 of 8
   Imbalance hash, range;
@@ -100,8 +100,8 @@ struct BaseSummary {
   std::string base;
   int tensors = 0;
   int64_t rows = 0, width = 0;
-  double mean_density = 0, union_density = 0, gamma_n = 0, mean_skewness = 0,
-         first_of_8_share = 0, mean_overlap = 0;
+  double mean_density = 0, union_density = 0, gamma_n = 0, mean_skewness = 0, first_of_8_share = 0,
+         mean_overlap = 0;
   double range_push = 0, range_pull = 0, hash_push = 0, hash_pull = 0;
 };
 

@@ -1,5 +1,8 @@
 #include "zen/comm/gloo_communicator.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
@@ -15,6 +18,7 @@
 #include <gloo/rendezvous/redis_store.h>
 #endif
 
+#include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -345,6 +349,21 @@ void CheckConnectArgs(int rank, int size, const GlooOptions& options) {
   }
 }
 
+// Gloo's tcp::CreateDevice dereferences an unset result when getaddrinfo
+// fails (it only checks for -1), so the name is resolved here first.
+void CheckResolvable(int rank, const std::string& hostname) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  const int rv = ::getaddrinfo(hostname.c_str(), nullptr, &hints, &result);
+  if (result != nullptr) ::freeaddrinfo(result);
+  if (rv != 0) {
+    throw TransportError(Where{rank}, "cannot resolve interface address '", hostname,
+                         "': ", ::gai_strerror(rv));
+  }
+}
+
 #ifdef ZEN_HAVE_REDIS
 std::shared_ptr<gloo::rendezvous::Store> OpenRedis(const std::string& url, const std::string& where,
                                                    Millis timeout) {
@@ -420,6 +439,7 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
                                           const GlooOptions& options) {
   CheckConnectArgs(rank, size, options);
   if (!store) throw InvalidArgument(Where{rank}, "ConnectGloo: the store is null");
+  CheckResolvable(rank, options.hostname);
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
@@ -443,7 +463,17 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
                          Since(start).count(), " ms (timeout ", options.timeout.count(),
                          " ms): ", Describe(std::current_exception()));
   }
-  return std::make_unique<GlooCommunicator>(std::move(ctx), rank, size, options.timeout);
+  auto comm = std::make_unique<GlooCommunicator>(std::move(ctx), rank, size, options.timeout);
+  // A rank whose side of the mesh is up could otherwise return, finish and
+  // close its sockets while a peer's side is still accepting, which the peer
+  // sees as "connection closed". Leaving together rules that out.
+  try {
+    Barrier(*comm);
+  } catch (const TransportError& e) {
+    throw TransportError(std::string("while checking the new mesh: ") + e.what());
+  }
+  comm->ResetCounters();
+  return comm;
 }
 
 }  // namespace zen

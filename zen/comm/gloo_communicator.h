@@ -68,8 +68,10 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions&
 
 // Connects through an existing store (options.rendezvous is ignored). The
 // store is used only during this call; every rank of the job must call this
-// with the same size and prefix. TransportError on a rendezvous or connection
-// failure, naming the keys or ranks waited for and for how long.
+// with the same size and prefix. Returns once every rank is connected (a
+// barrier over the new mesh; its messages are not left in the counters).
+// TransportError on a rendezvous or connection failure, naming the keys or
+// ranks waited for and for how long.
 std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
                                           std::shared_ptr<gloo::rendezvous::Store> store,
                                           const GlooOptions& options);

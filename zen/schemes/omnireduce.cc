@@ -60,7 +60,8 @@ void AppendLocalRecord(ByteBuffer& out, const Geometry& g, const SparseTensor& l
   for (; k < ids.size() && ids[k] <= last; ++k) {
     const int64_t id = ids[k], j = id - first;
     mask[j / 8] |= std::byte{static_cast<unsigned char>(1u << (j % 8))};
-    const int64_t from = std::max(g.lo(b), id * g.width), to = std::min(g.hi(b), (id + 1) * g.width);
+    const int64_t from = std::max(g.lo(b), id * g.width),
+                  to = std::min(g.hi(b), (id + 1) * g.width);
     std::memcpy(values + (from - g.lo(b)) * static_cast<int64_t>(sizeof(float)),
                 local.row(k).data() + (from - id * g.width),
                 static_cast<size_t>(to - from) * sizeof(float));
@@ -97,7 +98,8 @@ std::vector<Record> Parse(std::span<const std::byte> bytes, const Geometry& g, i
   while (pos < bytes.size()) {
     uint64_t index = 0;
     if (bytes.size() - pos < sizeof(index)) {
-      throw FormatError(where, "omnireduce message from rank ", sender, " ends inside a block index");
+      throw FormatError(where, "omnireduce message from rank ", sender,
+                        " ends inside a block index");
     }
     std::memcpy(&index, bytes.data() + pos, sizeof(index));
     const int64_t b = static_cast<int64_t>(index);
@@ -234,9 +236,8 @@ size_t OmniBlockRecordBytes(int64_t block, int64_t rows, int64_t width, int64_t 
 }
 
 SchemeInfo OmniReduceInfo() {
-  return {"omnireduce", kDescription, [](const SchemeOptions& o) {
-            return std::make_unique<OmniReduce>(o.block_values);
-          }};
+  return {"omnireduce", kDescription,
+          [](const SchemeOptions& o) { return std::make_unique<OmniReduce>(o.block_values); }};
 }
 
 }  // namespace zen

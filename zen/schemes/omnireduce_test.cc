@@ -41,7 +41,8 @@ TEST(OmniReduceTest, BlocksStraddlingRowsAndOddBlockSizes) {
   for (int64_t width : {1, 3, 64, 100, 300}) {
     for (int64_t block : {7, 256, 1000}) {
       for (int world : {2, 3, 5}) {
-        SCOPED_TRACE(::testing::Message() << "width " << width << " block " << block << " n " << world);
+        SCOPED_TRACE(::testing::Message()
+                     << "width " << width << " block " << block << " n " << world);
         SyntheticSpec spec;
         spec.rows = 700;
         spec.width = width;
@@ -68,7 +69,7 @@ TEST(OmniReduceTest, RecordBytesAreIndexMaskAndValues) {
   // owns blocks [0, 2), rank 1 blocks [2, 4). A record is 8 + 1 + 1024.
   EXPECT_EQ(OmniBlockCount(16, 64, 256), 4);
   EXPECT_EQ(OmniBlockRecordBytes(0, 16, 64, 256), 1033u);
-  EXPECT_EQ(OmniBlockRecordBytes(0, 10, 100, 256), 8u + 1u + 1024u);  // rows 0..2
+  EXPECT_EQ(OmniBlockRecordBytes(0, 10, 100, 256), 8u + 1u + 1024u);      // rows 0..2
   EXPECT_EQ(OmniBlockRecordBytes(3, 10, 100, 256), 8u + 1u + 4u * 232u);  // last, short
   std::vector<SparseTensor> inputs;
   inputs.push_back(SparseTensor::FromSorted(16, 64, {0, 5}, std::vector<float>(128, 1.0f)));
@@ -77,7 +78,7 @@ TEST(OmniReduceTest, RecordBytesAreIndexMaskAndValues) {
   // metadata 56 + push counts 8 + pushed records + pull sizes 8 + pulled records.
   // Rank 0's rows 0 and 5 fall in its own blocks 0 and 1; rank 1's row 1 in
   // block 0 (pushed to rank 0), row 9 in its own block 2.
-  EXPECT_EQ(recv[0], 56u + 8u + 1033u + 8u + 1033u);  // gets block 0; pulls block 2
+  EXPECT_EQ(recv[0], 56u + 8u + 1033u + 8u + 1033u);    // gets block 0; pulls block 2
   EXPECT_EQ(recv[1], 56u + 8u + 0u + 8u + 2u * 1033u);  // gets nothing; pulls 0 and 1
 }
 

@@ -101,7 +101,7 @@ inline constexpr Tag kControlTag = 0;
 // all ranks and throws on every rank if any differ: MismatchError naming the
 // first disagreeing rank and both values, or InvalidArgument when some rank
 // reported bad local input (`local_error`, empty when fine). Sends
-// (n-1) x 48 bytes per rank. Called by Sync/SyncDense.
+// (n-1) x 56 bytes per rank. Called by Sync/SyncDense.
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
                      std::string_view tensor, const std::string& local_error = {});
 

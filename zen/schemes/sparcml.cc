@@ -94,7 +94,8 @@ ByteBuffer Encode(const Stream& s) {
   ByteBuffer out(SparcmlDenseBytes(s.rows, s.width));
   const size_t bitmap = s.present.size() * sizeof(uint64_t);
   std::memcpy(out.data(), s.present.data(), bitmap);
-  if (!s.values.empty()) std::memcpy(out.data() + bitmap, s.values.data(), s.values.size() * sizeof(float));
+  if (!s.values.empty())
+    std::memcpy(out.data() + bitmap, s.values.data(), s.values.size() * sizeof(float));
   return out;
 }
 
@@ -113,10 +114,11 @@ Stream Decode(std::span<const std::byte> bytes, int64_t nnz, int64_t rows, int64
   s.values.resize(static_cast<size_t>(rows) * static_cast<size_t>(width));
   const size_t bitmap = s.present.size() * sizeof(uint64_t);
   std::memcpy(s.present.data(), bytes.data(), bitmap);
-  if (!s.values.empty()) std::memcpy(s.values.data(), bytes.data() + bitmap, s.values.size() * sizeof(float));
+  if (!s.values.empty())
+    std::memcpy(s.values.data(), bytes.data() + bitmap, s.values.size() * sizeof(float));
   if (rows % 64 != 0 && (s.present.back() >> (rows % 64)) != 0) {
-    throw FormatError(where, "sparcml dense stream from rank ", sender,
-                      " marks rows at or beyond ", rows, " as present");
+    throw FormatError(where, "sparcml dense stream from rank ", sender, " marks rows at or beyond ",
+                      rows, " as present");
   }
   if (CountPresent(s.present) != nnz) {
     throw FormatError(where, "sparcml dense stream from rank ", sender, " has ",
@@ -177,7 +179,8 @@ class Sparcml final : public Scheme {
       SendStream(comm, plan.fold_partner, fold_tag, acc);
       return ToTensor(RecvStream(comm, plan.fold_partner, back_tag, local, where), local.name());
     }
-    if (plan.fold_partner >= 0) Merge(acc, RecvStream(comm, plan.fold_partner, fold_tag, local, where));
+    if (plan.fold_partner >= 0)
+      Merge(acc, RecvStream(comm, plan.fold_partner, fold_tag, local, where));
     for (size_t i = 0; i < plan.partners.size(); ++i) {
       Merge(acc, Swap(comm, plan.partners[i], stage_tags[i], acc, local, where));
     }
@@ -195,7 +198,8 @@ class Sparcml final : public Scheme {
     b->Wait();
   }
 
-  static int64_t CheckedHeader(int64_t nnz, const SparseTensor& local, const Where& where, int peer) {
+  static int64_t CheckedHeader(int64_t nnz, const SparseTensor& local, const Where& where,
+                               int peer) {
     if (nnz < 0 || nnz > local.rows()) {
       throw FormatError(where, "sparcml header from rank ", peer, " announces ", nnz,
                         " rows, outside [0, ", local.rows(), "]");
@@ -249,7 +253,8 @@ size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width) {
 }
 
 SchemeInfo SparcmlInfo() {
-  return {"sparcml", kDescription, [](const SchemeOptions&) { return std::make_unique<Sparcml>(); }};
+  return {"sparcml", kDescription,
+          [](const SchemeOptions&) { return std::make_unique<Sparcml>(); }};
 }
 
 }  // namespace zen

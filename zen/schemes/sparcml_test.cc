@@ -63,8 +63,8 @@ TEST(SparcmlTest, AnyWorldSizeSkewedInput) {
 TEST(SparcmlTest, SwitchesToDenseMidwayAndKeepsZeroSumRows) {
   // 30% per rank on 6 ranks: the union crosses the dense threshold
   // (COO 12 bytes a row vs dense ~4.1 bytes a row at width 1) after stage 0.
-  auto inputs = GenerateSynthetic(
-      ParseSyntheticSpec("zipf:rows=4000,width=1,density=0.3,skew=0,seed=9"), 6);
+  auto inputs =
+      GenerateSynthetic(ParseSyntheticSpec("zipf:rows=4000,width=1,density=0.3,skew=0,seed=9"), 6);
   // Row 3999 present on two ranks with values that cancel.
   for (int r : {0, 1}) {
     std::vector<int64_t> ids(inputs[r].ids().begin(), inputs[r].ids().end());
@@ -102,7 +102,7 @@ TEST(SparcmlTest, ReceivedBytesAreHeadersPlusPartnerStreams) {
   const uint64_t meta = 5 * 56, row = 8 + 4 * 4;
   EXPECT_EQ(recv[0], meta + (8 + 10 * row) + (8 + 20 * row) + (8 + 20 * row));
   EXPECT_EQ(recv[3], meta + (8 + 10 * row) + (8 + 40 * row));
-  EXPECT_EQ(recv[4], meta + 8 + 60 * row);                      // extra: the result
+  EXPECT_EQ(recv[4], meta + 8 + 60 * row);  // extra: the result
   EXPECT_EQ(SparcmlStreamBytes(60, 1000, 4), 60 * row);
 }
 

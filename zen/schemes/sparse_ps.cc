@@ -43,7 +43,8 @@ class SparsePs final : public Scheme {
     for (int o = 0; o < n; ++o) {
       if (o == me) continue;
       const size_t b = cut[static_cast<size_t>(o)], e = cut[static_cast<size_t>(o) + 1];
-      push[static_cast<size_t>(o)] = EncodeCoo(ids.subspan(b, e - b), values.subspan(b * w, (e - b) * w));
+      push[static_cast<size_t>(o)] =
+          EncodeCoo(ids.subspan(b, e - b), values.subspan(b * w, (e - b) * w));
     }
     const std::vector<ByteBuffer> got = AllToAllV(comm, push);
 
@@ -51,10 +52,12 @@ class SparsePs final : public Scheme {
     std::vector<SparseTensor> parts;
     parts.reserve(static_cast<size_t>(n));
     const size_t b = cut[static_cast<size_t>(me)], e = cut[static_cast<size_t>(me) + 1];
-    parts.push_back(SparseTensor::FromSorted(
-        rows, width, {ids.begin() + static_cast<std::ptrdiff_t>(b), ids.begin() + static_cast<std::ptrdiff_t>(e)},
-        {values.begin() + static_cast<std::ptrdiff_t>(b * w), values.begin() + static_cast<std::ptrdiff_t>(e * w)},
-        local.name()));
+    parts.push_back(SparseTensor::FromSorted(rows, width,
+                                             {ids.begin() + static_cast<std::ptrdiff_t>(b),
+                                              ids.begin() + static_cast<std::ptrdiff_t>(e)},
+                                             {values.begin() + static_cast<std::ptrdiff_t>(b * w),
+                                              values.begin() + static_cast<std::ptrdiff_t>(e * w)},
+                                             local.name()));
     const int64_t lo = bounds[static_cast<size_t>(me)], hi = bounds[static_cast<size_t>(me) + 1];
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
@@ -76,7 +79,8 @@ class SparsePs final : public Scheme {
         continue;
       }
       const SparseTensor part = DecodeCoo(all[static_cast<size_t>(o)], rows, width, where, o);
-      CheckInRange(part, bounds[static_cast<size_t>(o)], bounds[static_cast<size_t>(o) + 1], where, o);
+      CheckInRange(part, bounds[static_cast<size_t>(o)], bounds[static_cast<size_t>(o) + 1], where,
+                   o);
       out_ids.insert(out_ids.end(), part.ids().begin(), part.ids().end());
       out_values.insert(out_values.end(), part.values().begin(), part.values().end());
     }

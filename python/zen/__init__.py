@@ -1,0 +1,45 @@
+"""zen: sparsity-driven gradient synchronization (ZEN, OSDI 2025).
+
+The C++ library bound for Python. Most users want ``zen.torch`` (a DDP comm
+hook and ``allreduce_``); this package also exposes the building blocks on
+numpy arrays:
+
+    import zen
+    comm = zen.connect_url("file:/tmp/zen-job", rank, size)   # or zen.connect(store, ...)
+    scheme = zen.create_scheme(zen.default_scheme())
+    ids, values = scheme.sync(comm, rows, width, ids, values)  # global sum, coalesced
+    scheme.sync_dense(comm, buffer, rows, width)                # in place, zero rows skipped
+
+Errors: ``ValueError`` for bad input (zen::InvalidArgument); ``zen.MismatchError``
+(ranks disagree), ``zen.FormatError`` (undecodable bytes) and
+``zen.TransportError`` (network, rendezvous, timeout), all subclasses of
+``zen.Error``, itself a ``RuntimeError``.
+"""
+
+from zen._zen import (  # noqa: F401  (re-exported)
+    Communicator,
+    Error,
+    FormatError,
+    MismatchError,
+    Scheme,
+    TransportError,
+    connect,
+    connect_url,
+    create_scheme,
+    default_scheme,
+    schemes,
+)
+
+__all__ = [
+    "Communicator",
+    "Error",
+    "FormatError",
+    "MismatchError",
+    "Scheme",
+    "TransportError",
+    "connect",
+    "connect_url",
+    "create_scheme",
+    "default_scheme",
+    "schemes",
+]

@@ -1,0 +1,99 @@
+// The online profiler against the exact offline profile, its schedule, its
+// documented cost, and rank agreement.
+#include "zen/analysis/profiler.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "zen/comm/testing.h"
+#include "zen/workload/synthetic.h"
+
+namespace zen {
+namespace {
+
+using testing::Backend;
+
+std::vector<WorkloadProfile> MeasureOnAllRanks(const std::vector<SparseTensor>& inputs,
+                                               const ProfilerOptions& options,
+                                               std::vector<uint64_t>* recv = nullptr) {
+  const int n = static_cast<int>(inputs.size());
+  std::vector<WorkloadProfile> out(static_cast<size_t>(n));
+  if (recv) recv->assign(static_cast<size_t>(n), 0);
+  testing::RunRanks(Backend::kInProc, n, [&](Communicator& comm) {
+    const size_t r = static_cast<size_t>(comm.rank());
+    out[r] = MeasureProfile(comm, inputs[r], options);
+    if (recv) (*recv)[r] = comm.counters().total_recv();
+  });
+  return out;
+}
+
+TEST(ProfilerTest, ExactWhenTheSampleHoldsEverything) {
+  const auto inputs = GenerateSynthetic(
+      ParseSyntheticSpec("zipf:rows=10000,width=8,density=0.02,skew=1.1,seed=7"), 4);
+  const WorkloadProfile exact = ProfileInputs(inputs);
+  const auto online = MeasureOnAllRanks(inputs, ProfilerOptions{});
+  for (const WorkloadProfile& p : online) {
+    EXPECT_EQ(p.sparsity.gamma, exact.sparsity.gamma);
+    EXPECT_EQ(p.sparsity.density, exact.sparsity.density);
+    EXPECT_EQ(p.sparsity.skewness, exact.sparsity.skewness);
+    EXPECT_EQ(p.union_row_share, exact.union_row_share);
+    EXPECT_EQ(p.block_gamma_n, exact.block_gamma_n);
+  }
+  // Independent check of the exact profile on a hand-built case: rank 0 rows
+  // {0, 1}, rank 1 rows {1, 2, 3}: union 4 over a mean of 2.5 -> gamma(2) 1.6.
+  std::vector<SparseTensor> hand{SparseTensor::FromSorted(8, 1, {0, 1}, {1, 1}),
+                                 SparseTensor::FromSorted(8, 1, {1, 2, 3}, {1, 1, 1})};
+  const WorkloadProfile h = ProfileInputs(hand);
+  EXPECT_DOUBLE_EQ(h.sparsity.density, 2.5 / 8);
+  EXPECT_DOUBLE_EQ(h.sparsity.gamma[1], 1.6);
+  EXPECT_DOUBLE_EQ(h.sparsity.skewness, 2.0);  // all 5 rows in the first half
+  EXPECT_DOUBLE_EQ(h.row_share[0], 1.0);
+}
+
+TEST(ProfilerTest, SampledGammaIsCloseToExact) {
+  const auto inputs = GenerateSynthetic(
+      ParseSyntheticSpec("zipf:rows=200000,width=4,density=0.05,skew=0.8,seed=8"), 8);
+  const WorkloadProfile exact = ProfileInputs(inputs);
+  ProfilerOptions options;
+  options.sample_ids = 1500;  // about 15% of each rank's 10000 rows
+  std::vector<uint64_t> recv;
+  const auto online = MeasureOnAllRanks(inputs, options, &recv);
+  for (size_t k = 0; k < exact.sparsity.gamma.size(); ++k) {
+    EXPECT_NEAR(online[0].sparsity.gamma[k] / exact.sparsity.gamma[k], 1.0, 0.10) << "k " << k + 1;
+  }
+  EXPECT_NEAR(online[0].block_gamma_n / exact.block_gamma_n, 1.0, 0.10);
+  for (const auto& p : online) EXPECT_EQ(p.sparsity.gamma, online[0].sparsity.gamma);
+  // Documented cost: 8 (n-1) + 8 (n-1) + sum over peers of 8 (2 + 2n + sampled).
+  const int n = 8;
+  for (size_t r = 0; r < recv.size(); ++r) {
+    EXPECT_LE(recv[r], 16u * (n - 1) + 8u * (n - 1) * (2 + 2 * n + 2 * options.sample_ids));
+    EXPECT_GE(recv[r], 16u * (n - 1) + 8u * (n - 1) * (2 + 2 * n));
+  }
+}
+
+TEST(ProfilerTest, ScheduleProfilesWarmupThenEveryK) {
+  ProfileSchedule s{/*warmup_calls=*/2, /*every=*/4};
+  std::vector<int64_t> measured;
+  for (int64_t c = 0; c < 10; ++c) {
+    if (s.ShouldProfile(c)) measured.push_back(c);
+  }
+  EXPECT_EQ(measured, (std::vector<int64_t>{0, 1, 4, 8}));
+  ProfileSchedule once{1, 0};
+  EXPECT_TRUE(once.ShouldProfile(0));
+  EXPECT_FALSE(once.ShouldProfile(500));
+
+  const auto inputs = GenerateSynthetic(ParseSyntheticSpec("zipf:rows=500,width=2,density=0.1"), 2);
+  std::vector<int64_t> counts(2);
+  testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+    ProfilerOptions options;
+    options.schedule = s;
+    Profiler profiler(options);
+    for (int c = 0; c < 10; ++c) profiler.Observe(comm, inputs[static_cast<size_t>(comm.rank())]);
+    counts[static_cast<size_t>(comm.rank())] = profiler.measurements();
+  });
+  EXPECT_EQ(counts, (std::vector<int64_t>{4, 4}));
+}
+
+}  // namespace
+}  // namespace zen

@@ -1,0 +1,92 @@
+#include "zen/core/sparse_tensor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(SparseTensor, FromCooSortsUnsortedInput) {
+  auto t = SparseTensor::FromCoo(10, 2, {7, 3, 5}, {70, 71, 30, 31, 50, 51});
+  EXPECT_THAT(t.ids(), ElementsAre(3, 5, 7));
+  EXPECT_THAT(t.values(), ElementsAre(30, 31, 50, 51, 70, 71));
+}
+
+TEST(SparseTensor, DuplicatesAreSummedWhenAsked) {
+  auto t = SparseTensor::FromCoo(10, 2, {7, 3, 7}, {1, 2, 3, 4, 10, 20}, Duplicates::kSum);
+  EXPECT_THAT(t.ids(), ElementsAre(3, 7));
+  EXPECT_THAT(t.values(), ElementsAre(3, 4, 11, 22));
+}
+
+TEST(SparseTensor, DuplicatesAreRejectedByDefaultNamingIdAndPositions) {
+  try {
+    SparseTensor::FromCoo(10, 1, {4, 2, 4}, {1, 2, 3}, Duplicates::kReject, "emb");
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tensor 'emb'"));
+    EXPECT_THAT(e.what(), HasSubstr("duplicate id 4 at positions 0 and 2"));
+  }
+}
+
+TEST(SparseTensor, IdOutsideRangeNamesIdAndPosition) {
+  try {
+    SparseTensor::FromCoo(8000, 1, {1, 9000}, {1, 2}, Duplicates::kReject, "emb.weight");
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("id 9000 at position 1 is outside [0, 8000)"));
+  }
+  EXPECT_THROW(SparseTensor::FromCoo(10, 1, {-1}, {1}), InvalidArgument);
+}
+
+TEST(SparseTensor, ShapeAndLengthAreValidated) {
+  EXPECT_THROW(SparseTensor::Empty(0, 1), InvalidArgument);
+  EXPECT_THROW(SparseTensor::Empty(5, 0), InvalidArgument);
+  EXPECT_THROW(SparseTensor::FromCoo(10, 2, {1}, {1, 2, 3}), InvalidArgument);
+  EXPECT_THROW(SparseTensor::FromSorted(10, 1, {3, 2}, {1, 2}), InvalidArgument);
+  EXPECT_THROW(SparseTensor::FromSorted(10, 1, {2, 2}, {1, 2}), InvalidArgument);
+  EXPECT_THROW(SparseTensor::FromDense(std::vector<float>(5), 2, 3), InvalidArgument);
+}
+
+TEST(SparseTensor, DenseRoundTripSkipsZeroRows) {
+  const std::vector<float> dense = {0, 0, 1, 0, 0, 0, 0, -2};
+  auto t = SparseTensor::FromDense(dense, 4, 2);
+  EXPECT_THAT(t.ids(), ElementsAre(1, 3));
+  EXPECT_EQ(t.ToDense(), dense);
+  EXPECT_DOUBLE_EQ(t.density(), 0.5);
+}
+
+TEST(SparseTensor, ElementSparseWidthOne) {
+  auto t = SparseTensor::FromDense(std::vector<float>{0, 3, 0, 4}, 4, 1);
+  EXPECT_THAT(t.ids(), ElementsAre(1, 3));
+  EXPECT_THAT(t.row(1), ElementsAre(4));
+}
+
+TEST(SparseTensor, RowsAboveTwoToThe31) {
+  const int64_t rows = int64_t{3} << 31;  // 6.4e9 rows, never densified
+  auto t = SparseTensor::FromCoo(rows, 1, {rows - 1, int64_t{1} << 32, 5}, {1, 2, 3});
+  EXPECT_THAT(t.ids(), ElementsAre(5, int64_t{1} << 32, rows - 1));
+  EXPECT_EQ(t.rows(), rows);
+  EXPECT_THROW(SparseTensor::FromCoo(rows, 1, {rows}, {1}), InvalidArgument);
+}
+
+TEST(SparseTensor, ValuesLargerThanTwoGiB) {
+  // 9 rows of 2^26 floats = 2.25 GiB of values: offsets exceed 2^31 bytes.
+  const int64_t width = int64_t{1} << 26;
+  const size_t nnz = 9;
+  std::vector<float> values(nnz * static_cast<size_t>(width), 1.0f);
+  values.back() = 7.0f;
+  std::vector<int64_t> ids(nnz);
+  for (size_t i = 0; i < nnz; ++i) ids[i] = static_cast<int64_t>(i * 2);
+  auto t = SparseTensor::FromSorted(100, width, std::move(ids), std::move(values));
+  EXPECT_GT(t.values().size_bytes(), size_t{1} << 31);
+  EXPECT_EQ(t.row(8).back(), 7.0f);
+  EXPECT_EQ(t.row(8).size(), static_cast<size_t>(width));
+}
+
+}  // namespace
+}  // namespace zen

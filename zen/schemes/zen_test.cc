@@ -1,0 +1,434 @@
+// `zen`: exactness over the world-size / width / density / layout grid on
+// both input paths, the per-call stats, balance against range
+// partitioning, and the receive volume against Eq. 1, agsparse and the
+// must-receive lower bound.
+#include "zen/schemes/zen.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <numeric>
+#include <random>
+
+#include "zen/comm/testing.h"
+#include "zen/core/reduce.h"
+#include "zen/workload/synthetic.h"
+
+namespace zen {
+namespace {
+
+using testing::Backend;
+
+enum class Layout { kZipf, kOneRankEmpty, kContiguous, kIdentical, kDisjoint };
+
+struct Case {
+  Backend backend;
+  int world;
+  int64_t width;
+  double density;  // kZipf only
+  Layout layout;
+};
+
+std::string LayoutName(Layout l) {
+  switch (l) {
+    case Layout::kZipf: return "zipf";
+    case Layout::kOneRankEmpty: return "oneempty";
+    case Layout::kContiguous: return "contiguous";
+    case Layout::kIdentical: return "identical";
+    case Layout::kDisjoint: return "disjoint";
+  }
+  return "?";
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string d = c.layout == Layout::kZipf ? "_d" + std::to_string(static_cast<int64_t>(c.density * 1e4)) + "e4" : "";
+  std::string backend = testing::BackendName(c.backend);
+  std::replace(backend.begin(), backend.end(), '-', '_');
+  return backend + "_n" + std::to_string(c.world) + "_w" +
+         std::to_string(c.width) + "_" + LayoutName(c.layout) + d;
+}
+
+int64_t RowsFor(const Case& c) {
+  if (c.layout == Layout::kZipf && c.density > 0 && c.density <= 1e-3) return 30000;  // >= 3 rows
+  return c.width == 1 ? 6000 : 600;
+}
+
+SparseTensor WithRandomValues(int64_t rows, int64_t width, std::vector<int64_t> ids, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  std::vector<float> values(ids.size() * static_cast<size_t>(width));
+  for (float& v : values) v = (rng() & 1 ? 1.0f : -1.0f) * u(rng);
+  return SparseTensor::FromSorted(rows, width, std::move(ids), std::move(values), "t");
+}
+
+std::vector<SparseTensor> Inputs(const Case& c) {
+  const int64_t rows = RowsFor(c);
+  const int n = c.world;
+  SyntheticSpec spec;
+  spec.rows = rows;
+  spec.width = c.width;
+  spec.skew = 1.1;
+  spec.seed = 7;
+  std::vector<SparseTensor> in;
+  std::mt19937_64 rng(11);
+  switch (c.layout) {
+    case Layout::kZipf:
+      spec.density = c.density;
+      return GenerateSynthetic(spec, n);
+    case Layout::kOneRankEmpty:
+      spec.density = 0.05;
+      in = GenerateSynthetic(spec, n);
+      in[static_cast<size_t>(n / 2)] = SparseTensor::Empty(rows, c.width, "t");
+      return in;
+    case Layout::kContiguous:
+      // Every non-zero of every rank inside one range of rows / 10.
+      for (int r = 0; r < n; ++r) {
+        std::vector<int64_t> ids;
+        for (int64_t id = rows / 3; id < rows / 3 + rows / 10; ++id) {
+          if (rng() % 2) ids.push_back(id);
+        }
+        in.push_back(WithRandomValues(rows, c.width, ids, 100 + static_cast<uint64_t>(r)));
+      }
+      return in;
+    case Layout::kIdentical: {
+      spec.density = 0.1;
+      const SparseTensor base = GenerateSyntheticRank(spec, 0);
+      const std::vector<int64_t> ids(base.ids().begin(), base.ids().end());
+      for (int r = 0; r < n; ++r) {
+        in.push_back(WithRandomValues(rows, c.width, ids, 200 + static_cast<uint64_t>(r)));
+      }
+      return in;
+    }
+    case Layout::kDisjoint:
+      for (int r = 0; r < n; ++r) {
+        std::vector<int64_t> ids;
+        for (int64_t id = r; id < rows; id += n) {
+          if ((id / n) % 3 == 0) ids.push_back(id);
+        }
+        in.push_back(WithRandomValues(rows, c.width, ids, 300 + static_cast<uint64_t>(r)));
+      }
+      return in;
+  }
+  return in;
+}
+
+class ZenGridTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ZenGridTest, SparsePathEqualsDenseReference) {
+  const Case& c = GetParam();
+  const std::vector<SparseTensor> inputs = Inputs(c);
+  const DenseReference reference(inputs);
+  std::mutex mu;
+  testing::RunRanks(c.backend, c.world, [&](Communicator& comm) {
+    auto scheme = BuiltinSchemes().Create("zen");
+    for (int call = 0; call < 2; ++call) {  // the second call runs on the caches
+      const SparseTensor sum = scheme->Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+      const Agreement a = reference.Compare(sum);
+      const ZenStats* st = ZenLastStats(*scheme);
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank() << " call " << call;
+      EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank() << " call " << call;
+      ASSERT_NE(st, nullptr);
+      EXPECT_EQ(st->result_rows, reference.present_rows());
+      EXPECT_FALSE(st->dense_path);
+    }
+  });
+}
+
+TEST_P(ZenGridTest, DenseBufferPathEqualsDenseReference) {
+  const Case& c = GetParam();
+  const std::vector<SparseTensor> inputs = Inputs(c);
+  const DenseReference reference(inputs);
+  const int64_t rows = inputs[0].rows();
+  std::mutex mu;
+  testing::RunRanks(c.backend, c.world, [&](Communicator& comm) {
+    auto scheme = BuiltinSchemes().Create("zen");
+    for (int call = 0; call < 2; ++call) {
+      std::vector<float> buffer = inputs[static_cast<size_t>(comm.rank())].ToDense();
+      scheme->SyncDense(comm, buffer, rows, c.width, "bucket");
+      const Agreement a = reference.CompareDense(buffer);
+      const ZenStats* st = ZenLastStats(*scheme);
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank() << " call " << call;
+      EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank() << " call " << call;
+      EXPECT_TRUE(st->dense_path);
+      EXPECT_EQ(st->local_rows, static_cast<int64_t>(inputs[static_cast<size_t>(comm.rank())].nnz()));
+      EXPECT_EQ(st->result_rows, reference.present_rows());
+    }
+  });
+}
+
+std::vector<Case> Grid() {
+  std::vector<Case> out;
+  for (int world : {1, 2, 3, 5, 6, 7, 8}) {
+    for (int64_t width : {1, 64}) {
+      for (double d : {0.0, 1e-4, 0.05, 0.5, 1.0}) out.push_back({Backend::kInProc, world, width, d, Layout::kZipf});
+      for (Layout l : {Layout::kOneRankEmpty, Layout::kContiguous, Layout::kIdentical, Layout::kDisjoint}) {
+        out.push_back({Backend::kInProc, world, width, 0, l});
+      }
+    }
+  }
+  // Real TCP on a representative subset.
+  for (int world : {2, 3, 7}) {
+    for (int64_t width : {1, 64}) {
+      out.push_back({Backend::kGlooTcp, world, width, 0.05, Layout::kZipf});
+      out.push_back({Backend::kGlooTcp, world, width, 0, Layout::kOneRankEmpty});
+      out.push_back({Backend::kGlooTcp, world, width, 0, Layout::kDisjoint});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, ZenGridTest, ::testing::ValuesIn(Grid()), CaseName);
+
+// ---- Variants: forced encodings, counting extraction, range ownership ----
+
+struct Variant {
+  std::string name;
+  ZenConfig config;
+};
+
+class ZenVariantTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(ZenVariantTest, ExactOnBothPaths) {
+  for (double density : {1e-3, 0.05, 0.6}) {
+    SyntheticSpec spec;
+    spec.rows = 20000;
+    spec.width = 4;
+    spec.density = density;
+    spec.seed = 3;
+    const int n = 5;
+    const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, n);
+    const DenseReference reference(inputs);
+    std::mutex mu;
+    testing::RunRanks(Backend::kInProc, n, [&](Communicator& comm) {
+      ZenScheme scheme(SchemeOptions{}, GetParam().config);
+      const SparseTensor& mine = inputs[static_cast<size_t>(comm.rank())];
+      const SparseTensor sum = scheme.Sync(comm, mine);
+      const Agreement a = reference.Compare(sum);
+      const RowEncoding sparse_enc = scheme.last_stats().pull_encoding;
+      std::vector<float> buffer = mine.ToDense();
+      scheme.SyncDense(comm, buffer, spec.rows, spec.width, "b");
+      const Agreement b = reference.CompareDense(buffer);
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, 1e-5);
+      EXPECT_EQ(a.rows_mismatch, 0);
+      EXPECT_LE(b.max_rel_error, 1e-5);
+      EXPECT_EQ(b.rows_mismatch, 0);
+      if (GetParam().config.pull_encoding == EncodingChoice::kCoo) {
+        EXPECT_EQ(sparse_enc, RowEncoding::kCoo);
+      }
+      if (GetParam().config.pull_encoding == EncodingChoice::kHashBitmap) {
+        EXPECT_EQ(sparse_enc, RowEncoding::kHashBitmap);
+      }
+    });
+  }
+}
+
+std::vector<Variant> Variants() {
+  std::vector<Variant> v;
+  ZenConfig c;
+  c.pull_encoding = EncodingChoice::kCoo;
+  v.push_back({"coo_pull", c});
+  c = {};
+  c.pull_encoding = EncodingChoice::kHashBitmap;
+  v.push_back({"bitmap_pull", c});
+  c = {};
+  c.dense_partitioner = "counting";
+  v.push_back({"counting_extraction", c});
+  c = {};
+  c.ownership = ZenOwnership::kRange;
+  v.push_back({"range_ownership", c});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ZenVariantTest, ::testing::ValuesIn(Variants()),
+                         [](const ::testing::TestParamInfo<Variant>& i) { return i.param.name; });
+
+TEST(Zen, AutoPullEncodingFollowsDensity) {
+  // Very sparse: COO is smaller; dense: the bitmap.
+  for (const auto& [density, want] : {std::pair{2e-4, RowEncoding::kCoo}, std::pair{0.2, RowEncoding::kHashBitmap}}) {
+    SyntheticSpec spec;
+    spec.rows = 100000;
+    spec.width = 1;
+    spec.density = density;
+    const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, 4);
+    std::mutex mu;
+    testing::RunRanks(Backend::kInProc, 4, [&](Communicator& comm) {
+      ZenScheme scheme;
+      scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+      std::lock_guard lock(mu);
+      EXPECT_EQ(scheme.last_stats().pull_encoding, want) << "density " << density;
+      const int other = want == RowEncoding::kCoo ? scheme.last_stats().pull_coo_messages
+                                                  : scheme.last_stats().pull_bitmap_messages;
+      EXPECT_EQ(other, 3);
+    });
+  }
+}
+
+TEST(Zen, RankZeroSeedIsAgreedWhateverTheLocalSeeds) {
+  SyntheticSpec spec;
+  spec.rows = 10000;
+  spec.width = 2;
+  spec.density = 0.1;
+  const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, 4);
+  const DenseReference reference(inputs);
+  std::mutex mu;
+  testing::RunRanks(Backend::kInProc, 4, [&](Communicator& comm) {
+    SchemeOptions o;
+    o.seed = 1000 + static_cast<uint64_t>(comm.rank());  // disagree locally
+    auto scheme = ZenInfo().factory(o);
+    const Agreement a = reference.Compare(scheme->Sync(comm, inputs[static_cast<size_t>(comm.rank())]));
+    std::lock_guard lock(mu);
+    EXPECT_EQ(a.rows_mismatch, 0);
+    EXPECT_LE(a.max_rel_error, 1e-5);
+  });
+}
+
+TEST(Zen, RegisteredWithStatsAndSupport) {
+  const SchemeRegistry reg = BuiltinSchemes();
+  ASSERT_NE(reg.Find("zen"), nullptr);
+  auto z = reg.Create("zen");
+  EXPECT_EQ(z->name(), "zen");
+  EXPECT_NE(ZenLastStats(*z), nullptr);
+  EXPECT_EQ(ZenLastStats(*reg.Create("agsparse")), nullptr);
+  SparsityProfile p;
+  p.rows = 1000;
+  EXPECT_TRUE(z->supports(p).ok);
+  p.rows = int64_t{1} << 62;
+  EXPECT_FALSE(z->supports(p).ok);
+}
+
+// ---- Balance and volume on Zipf(1.1), n = 8, 50,000 rows per rank --------
+
+constexpr int kWorld = 8;
+
+struct Measured {
+  std::vector<ZenStats> per_rank;
+  std::vector<uint64_t> recv;  // whole call, from the counters
+};
+
+Measured RunAll(const std::vector<SparseTensor>& inputs, const std::function<std::unique_ptr<Scheme>()>& make) {
+  Measured m;
+  m.per_rank.resize(kWorld);
+  m.recv.resize(kWorld);
+  testing::RunRanks(Backend::kInProc, kWorld, [&](Communicator& comm) {
+    auto scheme = make();
+    scheme->set_check_agreement(false);
+    scheme->Sync(comm, inputs[static_cast<size_t>(comm.rank())]);  // warm-up: seed, domains
+    comm.ResetCounters();
+    const SparseTensor sum = scheme->Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+    m.recv[static_cast<size_t>(comm.rank())] = comm.counters().total_recv();
+    if (const ZenStats* st = ZenLastStats(*scheme)) m.per_rank[static_cast<size_t>(comm.rank())] = *st;
+  }, std::chrono::seconds(120));
+  return m;
+}
+
+double Imbalance(const std::vector<ZenStats>& s, uint64_t ZenStats::*field) {
+  double mx = 0, sum = 0;
+  for (const ZenStats& x : s) {
+    mx = std::max(mx, static_cast<double>(x.*field));
+    sum += static_cast<double>(x.*field);
+  }
+  return mx / (sum / static_cast<double>(s.size()));
+}
+
+class ZenZipfWorkload : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    SyntheticSpec spec;
+    spec.rows = 1000000;
+    spec.width = 16;
+    spec.density = 0.05;  // 50,000 rows per rank
+    spec.skew = 1.1;
+    spec.seed = 2025;
+    inputs_ = new std::vector<SparseTensor>(GenerateSynthetic(spec, kWorld));
+    union_ = new std::vector<int64_t>(UnionIds(*inputs_));
+  }
+  static void TearDownTestSuite() {
+    delete inputs_;
+    delete union_;
+  }
+  static std::vector<SparseTensor>* inputs_;
+  static std::vector<int64_t>* union_;
+};
+std::vector<SparseTensor>* ZenZipfWorkload::inputs_ = nullptr;
+std::vector<int64_t>* ZenZipfWorkload::union_ = nullptr;
+
+TEST_F(ZenZipfWorkload, HashBalancesWhereRangePartitioningDoesNot) {
+  for (const SparseTensor& t : *inputs_) ASSERT_GE(t.nnz(), 50000u);
+  const Measured hash = RunAll(*inputs_, [] { return std::make_unique<ZenScheme>(); });
+  ZenConfig range_cfg;
+  range_cfg.ownership = ZenOwnership::kRange;
+  const Measured range = RunAll(*inputs_, [&] { return std::make_unique<ZenScheme>(SchemeOptions{}, range_cfg); });
+  for (const ZenStats& s : hash.per_rank) EXPECT_EQ(s.result_rows, static_cast<int64_t>(union_->size()));
+  for (const ZenStats& s : range.per_rank) EXPECT_EQ(s.result_rows, static_cast<int64_t>(union_->size()));
+
+  const double hp_in = Imbalance(hash.per_rank, &ZenStats::push_bytes_recv);
+  const double hp_out = Imbalance(hash.per_rank, &ZenStats::push_bytes_sent);
+  const double hl_out = Imbalance(hash.per_rank, &ZenStats::pull_bytes_sent);
+  const double hl_in = Imbalance(hash.per_rank, &ZenStats::pull_bytes_recv);
+  const double rp_in = Imbalance(range.per_rank, &ZenStats::push_bytes_recv);
+  const double rl_out = Imbalance(range.per_rank, &ZenStats::pull_bytes_sent);
+  std::printf("imbalance (max/mean over 8 ranks)  hash: push in %.3f out %.3f, pull out %.3f in %.3f"
+              " | range: push in %.3f, pull out %.3f\n",
+              hp_in, hp_out, hl_out, hl_in, rp_in, rl_out);
+  EXPECT_LE(hp_in, 1.10);
+  EXPECT_LE(hp_out, 1.10);
+  EXPECT_LE(hl_out, 1.10);
+  EXPECT_LE(hl_in, 1.10);
+  EXPECT_GT(rp_in, 2.0);
+  EXPECT_GT(rl_out, 2.0);
+}
+
+TEST_F(ZenZipfWorkload, VolumeMatchesEquationOneAgsparseAndLowerBound) {
+  const int n = kWorld;
+  const int64_t width = (*inputs_)[0].width();
+  const int64_t rows = (*inputs_)[0].rows();
+  double mean_rows = 0;
+  for (const SparseTensor& t : *inputs_) mean_rows += static_cast<double>(t.nnz()) / n;
+  const double gamma = static_cast<double>(union_->size()) / mean_rows;
+  const double coo_row = 8.0 + 4.0 * static_cast<double>(width);
+  const double value_row = 4.0 * static_cast<double>(width);
+  const double share = (n - 1.0) / n;
+  // Eq. 1 as bytes: (n-1)/n (1 + gamma) x rows-per-rank x COO row bytes.
+  const double eq1 = share * (1 + gamma) * mean_rows * coo_row;
+  // The same with ZEN's pull index (hash bitmap, rows / 8 bytes per rank).
+  const double eq1_bitmap = share * (mean_rows * coo_row + gamma * mean_rows * value_row) +
+                            share * static_cast<double>(rows) / 8;
+
+  // Rows that only one rank holds (it knows their sum already).
+  std::vector<uint8_t> holders(static_cast<size_t>(rows), 0);
+  for (const SparseTensor& t : *inputs_) {
+    for (int64_t id : t.ids()) ++holders[static_cast<size_t>(id)];
+  }
+  const Measured zen = RunAll(*inputs_, [] { return std::make_unique<ZenScheme>(); });
+  const Measured ag = RunAll(*inputs_, [] { return BuiltinSchemes().Create("agsparse"); });
+  std::printf("gamma %.3f, rows/rank %.0f, Eq.1 %.0f B, Eq.1 with bitmap pull %.0f B\n", gamma,
+              mean_rows, eq1, eq1_bitmap);
+  for (int r = 0; r < n; ++r) {
+    const ZenStats& s = zen.per_rank[static_cast<size_t>(r)];
+    const double recv = static_cast<double>(s.push_bytes_recv + s.pull_bytes_recv);
+    EXPECT_EQ(static_cast<uint64_t>(recv), zen.recv[static_cast<size_t>(r)]);  // phases add up
+    int64_t alone = 0;
+    for (int64_t id : (*inputs_)[static_cast<size_t>(r)].ids()) alone += holders[static_cast<size_t>(id)] == 1;
+    const double lower = static_cast<double>(static_cast<int64_t>(union_->size()) - alone) * value_row;
+    const double ag_recv = static_cast<double>(ag.recv[static_cast<size_t>(r)]);
+    std::printf("rank %d: zen recv %.0f B (push %llu, pull %llu) = %.3f x Eq.1, %.4f x bitmap Eq.1;"
+                " agsparse %.0f B, zen/ag %.3f vs (1+gamma)/n %.3f; lower bound %.0f B, zen/lb %.3f\n",
+                r, recv, static_cast<unsigned long long>(s.push_bytes_recv),
+                static_cast<unsigned long long>(s.pull_bytes_recv), recv / eq1, recv / eq1_bitmap,
+                ag_recv, recv / ag_recv, (1 + gamma) / n, lower, recv / lower);
+    EXPECT_NEAR(recv / eq1, 1.0, 0.10) << "rank " << r;
+    EXPECT_NEAR(recv / eq1_bitmap, 1.0, 0.03) << "rank " << r;
+    EXPECT_NEAR((recv / ag_recv) / ((1 + gamma) / n), 1.0, 0.10) << "rank " << r;
+    EXPECT_GE(recv, lower) << "rank " << r;
+    EXPECT_LE(recv, 1.5 * lower) << "rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace zen
