@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "zen/schemes/registry.h"
+#include "zen/analysis/auto_scheme.h"
 
 #ifndef ZEN_CLI
 #error "ZEN_CLI must name the zen binary"
@@ -45,7 +45,7 @@ TEST(BenchMultiProcess, EverySchemeExactOnEveryRank) {
       "--world 3 --iters 2 --warmup 1 --synthetic zipf:rows=20000,width=16,density=0.02,skew=1.1");
   ASSERT_EQ(run.status, 0);
   ASSERT_EQ(run.report["world_size"], 3);
-  const auto ids = zen::BuiltinSchemes().ids();
+  const auto ids = zen::AllSchemes().ids();
   ASSERT_EQ(run.report["results"].size(), ids.size());
   for (const auto& r : run.report["results"]) {
     SCOPED_TRACE(r["scheme"].get<std::string>());

@@ -132,6 +132,20 @@ void SyncDense(Scheme& scheme, Communicator& comm, py::array buffer, int64_t row
   scheme.SyncDense(comm, data, rows, width, name);
 }
 
+// The scheme `auto` last chose for a tensor, or None (another scheme, or no
+// call for that tensor yet).
+py::object Decision(const Scheme& scheme, const std::string& tensor) {
+#ifdef ZEN_PY_HAVE_AUTO
+  if (const auto* a = dynamic_cast<const AutoScheme*>(&scheme)) {
+    if (const AutoDecision* d = a->decision(tensor)) return py::str(d->chosen);
+  }
+#else
+  (void)scheme;
+  (void)tensor;
+#endif
+  return py::none();
+}
+
 void RejectCall(Scheme& scheme, Communicator& comm, int64_t rows, int64_t width,
                 const std::string& name, const std::string& message) {
   py::gil_scoped_release release;
@@ -158,6 +172,8 @@ void BindSchemes(py::module_& m) {
       .def("reject", &RejectCall, py::arg("comm"), py::arg("rows"), py::arg("width"),
            py::arg("name"), py::arg("message"),
            "Raises ValueError(message) on this rank and on every rank in the matching sync call.")
+      .def("decision", &Decision, py::arg("tensor"),
+           "For 'auto': the scheme it chose on the latest call for this tensor name; else None.")
       .def("__repr__",
            [](const Scheme& s) { return "<zen.Scheme '" + std::string(s.name()) + "'>"; });
 
@@ -165,7 +181,8 @@ void BindSchemes(py::module_& m) {
       "schemes",
       [] {
         std::vector<std::pair<std::string, std::string>> out;
-        for (const SchemeInfo& s : Registry().schemes()) out.emplace_back(s.id, s.description);
+        const SchemeRegistry registry = Registry();
+        for (const SchemeInfo& s : registry.schemes()) out.emplace_back(s.id, s.description);
         return out;
       },
       "The registered schemes as (id, description).");

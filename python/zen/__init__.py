@@ -30,6 +30,10 @@ from zen._zen import (  # noqa: F401  (re-exported)
     schemes,
 )
 
+for _cls in (Communicator, Error, FormatError, MismatchError, Scheme, TransportError):
+    _cls.__module__ = "zen"
+del _cls
+
 __all__ = [
     "Communicator",
     "Error",

@@ -52,7 +52,7 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=16, help="sequences per worker per step")
     p.add_argument("--seq-len", type=int, default=64, help="tokens per sequence")
     p.add_argument("--steps", type=int, default=3, help="recorded steps")
-    p.add_argument("--warmup-steps", type=int, default=10, help="training steps before recording")
+    p.add_argument("--warmup-steps", type=int, default=5, help="training steps before recording")
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--topk-ratio", type=float, default=0.05, help="DGC top-k fraction")

@@ -139,7 +139,8 @@ int RunBench(Args args) {
   const LaunchPlan plan = bed ? bed->Plan() : LaunchPlan{};
   TempDir scratch;
   std::vector<std::string> worker_args(args.begin(), args.end());
-  worker_args.insert(worker_args.end(), {"--report-file", scratch.path() + "/report.json"});
+  worker_args.insert(worker_args.end(), {"--world", std::to_string(world), "--report-file",
+                                         scratch.path() + "/report.json"});
   if (bed) worker_args.insert(worker_args.end(), {"--wire-iface", kTestbedInterface});
   if (const int rc = LaunchLocalWorkers(worker_args, world, progress, plan); rc != 0) return rc;
   std::ifstream in(scratch.path() + "/report.json");

@@ -2,10 +2,11 @@
 // the library, `auto` included once the analysis layer provides it.
 #pragma once
 
+#include "zen/analysis/auto_scheme.h"
 #include "zen/schemes/registry.h"
 
 namespace zen::cli {
 
-inline SchemeRegistry CliSchemes() { return BuiltinSchemes(); }
+inline SchemeRegistry CliSchemes() { return AllSchemes(); }
 
 }  // namespace zen::cli

@@ -1,11 +1,336 @@
-// Placeholder until the simulate subcommand lands.
+// `zen simulate`: predict every scheme's time at world sizes no machine here
+// has, from the cost model (zen/analysis/cost_model.h) and a sparsity profile
+// measured on a trace (or a synthetic workload) and extrapolated.
+//
+// Extrapolation (docs/performance.md, "Beyond one machine"):
+//   - per-rank density, block density, the share of rows (and blocks) in each
+//     of the n even ranges, and so the skewness at n: measured on the trace's
+//     ranks, pooled (they do not depend on how many ranks there are);
+//   - the union's range shares: those of the trace's union;
+//   - gamma(k): the union-growth curve measured on the trace (mean over the
+//     K cyclic windows of k consecutive ranks, k = 1..K), fitted by a power
+//     law gamma(k) = k^beta through gamma(1) = 1 (least squares on logs,
+//     Heaps' law of vocabulary growth) and capped at rows / nnz; the same
+//     for blocks (OmniReduce).
+// World sizes <= K use the exact profile of the trace's first n ranks, as
+// `zen bench` uses them. --fit-ranks K fits on fewer ranks to test the
+// extrapolation against measured ranks.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tools/zen/commands.h"
+#include "tools/zen/flags.h"
+#include "tools/zen/testbed.h"
+#include "zen/analysis/cost_model.h"
+#include "zen/analysis/profiler.h"
+#include "zen/core/error.h"
+#include "zen/core/reduce.h"
+#include "zen/workload/synthetic.h"
+#include "zen/workload/trace.h"
 
 namespace zen::cli {
-int RunSimulate(Args) {
-  std::fprintf(stderr, "zen simulate: not built yet\n");
-  return 2;
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kHelp = R"(usage: zen simulate (--profile TRACE [--tensor NAME] | --synthetic SPEC --ranks K)
+                    [--world LIST] [--bandwidth RATE] [--latency-us L]
+                    [--fit-ranks K] [--max-scan N] [--json OUT]
+
+Predicts every modeled scheme's time (and bytes per rank) at each world size
+from the cost model, with the sparsity profile measured on the trace and
+extrapolated to larger worlds: gamma(k) by a power-law fit of the trace's
+union-growth curve, range shares and skewness measured on the trace's ranks.
+Then prints, per scheme, the first world size (scanning up to --max-scan)
+where it stops beating dense AllReduce.
+
+  --profile TRACE    a zen-trace/1 file (its first tensor, or --tensor NAME)
+  --synthetic SPEC   profile a synthetic workload of --ranks K ranks instead
+  --world LIST       comma-separated world sizes (default 16,64,256,1024)
+  --bandwidth RATE   link rate, tc syntax: 25gbit, 500mbit (default 25gbit)
+  --latency-us L     per communication round (default 5)
+  --fit-ranks K      fit on the first K ranks only (default: all of the trace)
+  --max-scan N       largest world of the crossover scan (default 4096)
+  --json OUT         also write every prediction as JSON
+)";
+
+struct Base {
+  std::string source;
+  std::vector<SparseTensor> ranks;
+};
+
+Base LoadBase(const Flags& flags) {
+  Base b;
+  if (auto spec = flags.Get("synthetic")) {
+    const SyntheticSpec s = ParseSyntheticSpec(*spec);
+    const int k = static_cast<int>(flags.Int("ranks", 8));
+    if (k < 1) throw InvalidArgument("--ranks must be >= 1");
+    b.source = "synthetic " + ToString(s) + " x " + std::to_string(k) + " ranks";
+    b.ranks = GenerateSynthetic(s, k);
+    return b;
+  }
+  const auto path = flags.Get("profile");
+  if (!path) throw InvalidArgument("give --profile TRACE or --synthetic SPEC (see --help)");
+  TraceReader reader(*path);
+  if (reader.tensors().empty()) throw InvalidArgument("trace " + *path + " holds no tensor");
+  const std::string name = flags.Str("tensor", reader.tensors().front().name);
+  b.source = "trace " + *path + " tensor " + name;
+  b.ranks = reader.ReadTensor(name);
+  return b;
 }
+
+// Mean over the K cyclic windows of k consecutive ranks of |union| / mean
+// size, for k = 1..K; `key` maps a tensor to the sorted items counted.
+template <typename Key>
+std::vector<double> GrowthCurve(const std::vector<SparseTensor>& ranks, Key key) {
+  const size_t n = ranks.size();
+  std::vector<std::vector<int64_t>> items;
+  for (const auto& t : ranks) items.push_back(key(t));
+  std::vector<double> gamma(n, 0.0);
+  for (size_t s = 0; s < n; ++s) {
+    std::vector<int64_t> u;
+    double total = 0;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto& next = items[(s + k - 1) % n];
+      std::vector<int64_t> merged;
+      std::set_union(u.begin(), u.end(), next.begin(), next.end(), std::back_inserter(merged));
+      u.swap(merged);
+      total += static_cast<double>(next.size());
+      gamma[k - 1] += total > 0 ? static_cast<double>(u.size()) / (total / static_cast<double>(k)) : 1;
+    }
+  }
+  for (double& g : gamma) g /= static_cast<double>(n);
+  return gamma;
+}
+
+std::vector<int64_t> BlocksOf(const SparseTensor& t, int64_t block_values) {
+  std::vector<int64_t> out;
+  for (int64_t id : t.ids()) {
+    const int64_t b0 = id * t.width() / block_values, b1 = ((id + 1) * t.width() - 1) / block_values;
+    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b) out.push_back(b);
+  }
+  return out;
+}
+
+// gamma(k) = k^beta: least squares of log gamma on log k through the origin.
+struct PowerFit {
+  double beta = 1;
+  double max_rel_residual = 0;  // over the measured k
+  double At(double k) const { return std::pow(k, beta); }
+};
+
+PowerFit FitPower(const std::vector<double>& gamma) {
+  PowerFit f;
+  double sxy = 0, sxx = 0;
+  for (size_t k = 2; k <= gamma.size(); ++k) {
+    const double x = std::log(static_cast<double>(k)), y = std::log(std::max(gamma[k - 1], 1e-12));
+    sxy += x * y;
+    sxx += x * x;
+  }
+  f.beta = sxx > 0 ? std::clamp(sxy / sxx, 0.0, 1.0) : 1.0;
+  for (size_t k = 1; k <= gamma.size(); ++k) {
+    f.max_rel_residual = std::max(f.max_rel_residual,
+                                  std::abs(f.At(static_cast<double>(k)) - gamma[k - 1]) / gamma[k - 1]);
+  }
+  return f;
+}
+
+struct Extrapolator {
+  std::vector<SparseTensor> ranks;
+  PowerFit rows_fit, blocks_fit;
+  int64_t block_values = 256;
+
+  bool Exact(int world) const { return world <= static_cast<int>(ranks.size()); }
+
+  WorkloadProfile At(int world) const {
+    if (Exact(world)) {
+      return ProfileInputs(std::span<const SparseTensor>(ranks.data(), static_cast<size_t>(world)),
+                           block_values);
+    }
+    // Range statistics at `world` ranges from the K measured ranks (their
+    // copies carry no ids, so the union is the measured ranks' union).
+    std::vector<RankSummary> s;
+    for (const auto& t : ranks) s.push_back(Summarize(t, world, block_values, 1.0, 0));
+    const size_t k = ranks.size();
+    for (size_t i = k; i < static_cast<size_t>(world); ++i) {
+      RankSummary copy = s[i % k];
+      copy.sampled_ids.clear();
+      s.push_back(std::move(copy));
+    }
+    WorkloadProfile p = CombineSummaries(s, ranks[0].rows(), ranks[0].width(), block_values);
+    const double cap = p.sparsity.density > 0 ? 1 / p.sparsity.density : 1;
+    for (int j = 1; j <= world; ++j) {
+      p.sparsity.gamma[static_cast<size_t>(j - 1)] = std::min(rows_fit.At(j), cap);
+    }
+    const double block_cap = p.block_density > 0 ? 1 / p.block_density : 1;
+    p.block_gamma_n = std::min(blocks_fit.At(world), block_cap);
+    return p;
+  }
+};
+
+std::vector<int> WorldList(const Flags& flags) {
+  std::vector<int> out;
+  for (const auto& w : SplitList(flags.Str("world", "16,64,256,1024"))) {
+    char* end = nullptr;
+    const long v = std::strtol(w.c_str(), &end, 10);
+    if (*end != '\0' || v < 1 || v > (1 << 20)) throw InvalidArgument("--world entry '" + w + "' must be 1..2^20");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw InvalidArgument("--world needs at least one size");
+  return out;
+}
+
+// 2..16, then about 4 steps per doubling.
+std::vector<int> ScanGrid(int max_n) {
+  std::vector<int> g;
+  for (int n = 2; n <= std::min(16, max_n); ++n) g.push_back(n);
+  for (double x = 16 * std::pow(2.0, 0.25); x <= max_n + 0.5; x *= std::pow(2.0, 0.25)) {
+    const int n = static_cast<int>(std::lround(x));
+    if (n > g.back()) g.push_back(n);
+  }
+  return g;
+}
+
+json PredictionJson(const Prediction& p, double dense_s) {
+  return {{"scheme", p.scheme},       {"time_s", p.time_s},       {"recv_max", p.recv_max},
+          {"recv_mean", p.recv_mean}, {"sent_max", p.sent_max},   {"rounds", p.rounds},
+          {"speedup_vs_dense", p.time_s > 0 ? dense_s / p.time_s : 0.0}};
+}
+
+}  // namespace
+
+int RunSimulate(Args args) {
+  Flags flags(args,
+              {"profile", "tensor", "synthetic", "ranks", "world", "bandwidth", "latency-us",
+               "fit-ranks", "max-scan", "json"},
+              {"help"});
+  if (flags.Has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  Base base = LoadBase(flags);
+  const int fit = static_cast<int>(flags.Int("fit-ranks", static_cast<int64_t>(base.ranks.size())));
+  if (fit < 2 || fit > static_cast<int>(base.ranks.size())) {
+    throw InvalidArgument("--fit-ranks " + std::to_string(fit) + " must be in [2, " +
+                          std::to_string(base.ranks.size()) + "] (the ranks of the workload)");
+  }
+  const std::vector<SparseTensor> all_ranks = base.ranks;
+  base.ranks.resize(static_cast<size_t>(fit));
+  const std::vector<int> worlds = WorldList(flags);
+  Network net;
+  const std::string rate = flags.Str("bandwidth", "25gbit");
+  net.bandwidth_bytes_per_s = ParseRateBits(rate) / 8;
+  net.latency_s = flags.Double("latency-us", 5) * 1e-6;
+
+  Extrapolator x;
+  x.ranks = base.ranks;
+  const std::vector<double> gamma = GrowthCurve(x.ranks, [](const SparseTensor& t) {
+    return std::vector<int64_t>(t.ids().begin(), t.ids().end());
+  });
+  const std::vector<double> block_gamma =
+      GrowthCurve(x.ranks, [&](const SparseTensor& t) { return BlocksOf(t, x.block_values); });
+  x.rows_fit = FitPower(gamma);
+  x.blocks_fit = FitPower(block_gamma);
+
+  const SparseTensor& t0 = x.ranks[0];
+  double nnz = 0;
+  for (const auto& t : x.ranks) nnz += static_cast<double>(t.nnz());
+  std::printf("profile   %s\n", base.source.c_str());
+  std::printf("tensor    rows %lld  width %lld  density %.4f%%  fitted on %d ranks\n",
+              static_cast<long long>(t0.rows()), static_cast<long long>(t0.width()),
+              100 * nnz / fit / static_cast<double>(t0.rows()), fit);
+  std::printf("gamma(k)  measured");
+  for (double g : gamma) std::printf(" %.3f", g);
+  std::printf("\n          fit k^%.4f (max residual %.1f%%); blocks k^%.4f (%.1f%%)\n",
+              x.rows_fit.beta, 100 * x.rows_fit.max_rel_residual, x.blocks_fit.beta,
+              100 * x.blocks_fit.max_rel_residual);
+  if (fit < static_cast<int>(all_ranks.size())) {
+    const std::vector<double> truth = GrowthCurve(all_ranks, [](const SparseTensor& t) {
+      return std::vector<int64_t>(t.ids().begin(), t.ids().end());
+    });
+    std::printf("holdout   gamma(%zu): measured %.3f, fit of %d ranks predicts %.3f (%+.1f%%)\n",
+                truth.size(), truth.back(), fit, x.rows_fit.At(static_cast<double>(truth.size())),
+                100 * (x.rows_fit.At(static_cast<double>(truth.size())) / truth.back() - 1));
+  }
+  std::printf("network   %s per link, %.1f us per round\n\n", rate.c_str(), net.latency_s * 1e6);
+
+  json out = {{"source", base.source},
+              {"rows", t0.rows()},
+              {"width", t0.width()},
+              {"fit_ranks", fit},
+              {"gamma_measured", gamma},
+              {"gamma_beta", x.rows_fit.beta},
+              {"gamma_fit_max_residual", x.rows_fit.max_rel_residual},
+              {"block_gamma_measured", block_gamma},
+              {"block_gamma_beta", x.blocks_fit.beta},
+              {"bandwidth_bits_per_s", net.bandwidth_bytes_per_s * 8},
+              {"latency_s", net.latency_s}};
+  const std::vector<std::string> schemes = ModeledSchemes();
+  std::printf("%-7s %-6s %9s %9s", "world", "prof", "gamma(n)", "skew");
+  for (const auto& s : schemes) std::printf(" %12s", (s + " ms").c_str());
+  std::printf("   best vs dense\n");
+  json rows = json::array();
+  for (int w : worlds) {
+    const WorkloadProfile p = x.At(w);
+    const std::vector<Prediction> pred = PredictAll(p, net);
+    const double dense = pred[0].time_s;
+    std::printf("%-7d %-6s %9.2f %9.2f", w, x.Exact(w) ? "exact" : "fit",
+                p.sparsity.gamma[static_cast<size_t>(w - 1)], p.sparsity.skewness);
+    json row = {{"world", w}, {"profile", x.Exact(w) ? "exact" : "extrapolated"},
+                {"gamma_n", p.sparsity.gamma[static_cast<size_t>(w - 1)]},
+                {"skewness", p.sparsity.skewness}, {"predictions", json::array()}};
+    const Prediction* best = &pred[0];
+    for (const Prediction& q : pred) {
+      std::printf(" %12.3f", 1e3 * q.time_s);
+      row["predictions"].push_back(PredictionJson(q, dense));
+      if (q.time_s < best->time_s) best = &q;
+    }
+    std::printf("   %s %.2fx\n", best->scheme.c_str(), dense / best->time_s);
+    rows.push_back(row);
+  }
+  out["worlds"] = rows;
+
+  // Where each scheme stops beating dense AllReduce.
+  const int max_scan = static_cast<int>(flags.Int("max-scan", 4096));
+  std::printf("\ncrossover with dense AllReduce (scan n = 2..%d):\n", max_scan);
+  std::map<std::string, int> crossover;
+  std::map<std::string, bool> beaten_once;
+  for (int n : ScanGrid(max_scan)) {
+    const std::vector<Prediction> pred = PredictAll(x.At(n), net);
+    for (const Prediction& q : pred) {
+      if (q.scheme == "dense" || crossover.count(q.scheme)) continue;
+      if (q.time_s < pred[0].time_s) beaten_once[q.scheme] = true;
+      else if (beaten_once[q.scheme]) crossover[q.scheme] = n;
+    }
+  }
+  json cross = json::object();
+  for (const auto& s : schemes) {
+    if (s == "dense") continue;
+    if (crossover.count(s)) {
+      std::printf("  %-11s stops beating dense at n = %d\n", s.c_str(), crossover[s]);
+      cross[s] = crossover[s];
+    } else if (beaten_once[s]) {
+      std::printf("  %-11s beats dense at every n up to %d\n", s.c_str(), max_scan);
+      cross[s] = nullptr;
+    } else {
+      std::printf("  %-11s never beats dense in 2..%d\n", s.c_str(), max_scan);
+      cross[s] = 0;
+    }
+  }
+  out["crossover_with_dense"] = cross;
+  if (auto path = flags.Get("json")) {
+    std::ofstream f(*path);
+    f << out.dump(2) << "\n";
+    if (!f) throw InvalidArgument("cannot write --json " + *path);
+  }
+  return 0;
+}
+
 }  // namespace zen::cli

@@ -225,6 +225,7 @@ void Testbed::StartWatchdog() {
     return;
   }
   if (pid == 0) {
+    setsid();  // out of the job's process group: a group kill does not reach it
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
@@ -257,6 +258,9 @@ void Testbed::Up() {
     run({"ip", "-n", ns, "link", "set", "lo", "up"});
     run({"ip", "-n", ns, "addr", "add", Address(i) + "/24", "dev", kTestbedInterface});
     run({"ip", "-n", ns, "link", "set", kTestbedInterface, "up"});
+    // A link idle between iterations must not fall back to slow start
+    // (a per-namespace setting; datacenter stacks turn it off too).
+    run({"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"});
     run(ShapeArgs(ns, kTestbedInterface, spec_.rate_bits_per_s));
     run(ShapeArgs("", veth, spec_.rate_bits_per_s));
   }

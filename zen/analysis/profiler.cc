@@ -211,7 +211,11 @@ WorkloadProfile MeasureProfile(Communicator& comm, const SparseTensor& local,
                                                               static_cast<double>(max_nnz);
   const RankSummary mine = Summarize(local, n, options.block_values, fraction, options.seed);
   const std::vector<int64_t> wire = Serialize(mine);
-  const std::vector<ByteBuffer> all = AllGatherV(comm, AsBytes(wire));
+  // A summary holds 2 + 2n counts and at most every row id (bounds what a
+  // peer may announce).
+  const int64_t words = 2 + 2 * int64_t{n} + local.rows();
+  const int64_t bound = words > INT64_MAX / 8 ? INT64_MAX : words * 8;
+  const std::vector<ByteBuffer> all = AllGatherV(comm, AsBytes(wire), bound);
   std::vector<RankSummary> ranks;
   const Where where{comm.rank(), local.name()};
   for (int q = 0; q < n; ++q) {

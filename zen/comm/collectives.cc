@@ -26,6 +26,15 @@ void CheckPerPeer(const Communicator& comm, size_t got, const char* what) {
 
 ByteBuffer Copy(std::span<const std::byte> s) { return ByteBuffer(s.begin(), s.end()); }
 
+// A size announced by a peer, checked before anything is allocated for it.
+void CheckAnnounced(const Communicator& comm, const char* what, int from, int64_t size,
+                    int64_t max_bytes) {
+  if (size < 0 || size > max_bytes) {
+    throw FormatError(Where{comm.rank()}, what, ": rank ", from, " announced a message of ", size,
+                      " bytes, outside [0, ", max_bytes, "] (the largest this call can hold)");
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts) {
@@ -64,7 +73,8 @@ std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t>
 }
 
 std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                                       std::span<const int64_t> recv_sizes) {
+                                       std::span<const int64_t> recv_sizes,
+                                       int64_t max_recv_bytes) {
   CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
   CheckPerPeer(comm, recv_sizes.size(), "AllToAllV: recv_sizes");
   const int n = comm.size();
@@ -82,6 +92,7 @@ std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteB
       throw InvalidArgument(Where{r}, "AllToAllV: receive size ", size, " from rank ", from,
                             " is negative");
     }
+    CheckAnnounced(comm, "AllToAllV", from, size, max_recv_bytes);
     ByteBuffer& buf = out[static_cast<size_t>(from)];
     buf.resize(static_cast<size_t>(size));
     reqs.push_back(comm.Recv(from, tag, buf));
@@ -94,12 +105,13 @@ std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteB
   return out;
 }
 
-std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer) {
+std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer,
+                                  int64_t max_recv_bytes) {
   CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
   std::vector<int64_t> sizes(per_peer.size());
   for (size_t p = 0; p < per_peer.size(); ++p) sizes[p] = static_cast<int64_t>(per_peer[p].size());
   const std::vector<int64_t> recv_sizes = ExchangeCounts(comm, sizes);
-  return AllToAllVKnown(comm, per_peer, recv_sizes);
+  return AllToAllVKnown(comm, per_peer, recv_sizes, max_recv_bytes);
 }
 
 std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {
@@ -122,7 +134,8 @@ std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {
   return all;
 }
 
-std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine) {
+std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine,
+                                   int64_t max_recv_bytes) {
   const int n = comm.size();
   const int r = comm.rank();
   std::vector<ByteBuffer> out(static_cast<size_t>(n));
@@ -134,6 +147,7 @@ std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte
       throw FormatError(Where{r}, "AllGatherV: rank ", p, " announced a negative size ",
                         sizes[static_cast<size_t>(p)]);
     }
+    if (p != r) CheckAnnounced(comm, "AllGatherV", p, sizes[static_cast<size_t>(p)], max_recv_bytes);
   }
   const Tag tag = comm.NextTag();
   Requests reqs;
@@ -149,7 +163,8 @@ std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte
   return out;
 }
 
-ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data) {
+ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data,
+                     int64_t max_recv_bytes) {
   const int n = comm.size();
   const int r = comm.rank();
   if (root < 0 || root >= n) {
@@ -177,6 +192,7 @@ ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> da
   if (size < 0) {
     throw FormatError(Where{r}, "Broadcast: root ", root, " announced a negative size ", size);
   }
+  CheckAnnounced(comm, "Broadcast", root, size, max_recv_bytes);
   ByteBuffer out(static_cast<size_t>(size));
   comm.Recv(root, data_tag, out)->Wait();
   return out;

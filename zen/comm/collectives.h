@@ -24,26 +24,35 @@ namespace zen {
 
 using ByteBuffer = std::vector<std::byte>;
 
+// No bound on a received message (the default of max_recv_bytes below).
+inline constexpr int64_t kAnyBytes = INT64_MAX;
+
 // Each rank passes send_counts[p] for every p; returns recv_counts[p], the
 // count rank p passed for this rank. recv_counts[rank] = send_counts[rank].
 std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts);
 
 // per_peer[p] goes to rank p (per_peer[rank] is returned to itself, never
 // sent). Sizes are exchanged first. Returns what each rank sent here.
-std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer);
+// A peer announcing more than max_recv_bytes is a FormatError raised before
+// anything is allocated (pass the largest message the caller can decode).
+std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer,
+                                  int64_t max_recv_bytes = kAnyBytes);
 
 // Same, when receive sizes are already known (recv_sizes[p] from rank p).
 std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                                       std::span<const int64_t> recv_sizes);
+                                       std::span<const int64_t> recv_sizes,
+                                       int64_t max_recv_bytes = kAnyBytes);
 
 // Every rank contributes `mine`; returns all contributions indexed by rank.
-std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine);
+std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine,
+                                   int64_t max_recv_bytes = kAnyBytes);
 
 // Every rank contributes one int64; returns all of them indexed by rank.
 std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine);
 
 // Root's data is returned on every rank.
-ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data);
+ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data,
+                     int64_t max_recv_bytes = kAnyBytes);
 
 // Returns once every rank has entered.
 void Barrier(Communicator& comm);

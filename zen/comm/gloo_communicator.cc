@@ -1,14 +1,13 @@
 #include "zen/comm/gloo_communicator.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -166,7 +165,7 @@ class GlooSend final : public GlooRequest {
  private:
   void DoWait(Clock::time_point start) override {
     const auto deadline = start + t_.timeout;
-    WaitBuffer(*length_buf_, t_, "sending the length", start, deadline);
+    WaitBuffer(*length_buf_, t_, "sending the length header", start, deadline);
     if (payload_buf_) WaitBuffer(*payload_buf_, t_, "sending the payload", start, deadline);
   }
 
@@ -196,7 +195,7 @@ class GlooRecv final : public GlooRequest {
  private:
   void DoWait(Clock::time_point start) override {
     const auto deadline = start + t_.timeout;
-    WaitBuffer(*length_buf_, t_, "receiving the length", start, deadline);
+    WaitBuffer(*length_buf_, t_, "waiting for the length header", start, deadline);
     if (length_ != t_.bytes) {
       // The payload went to the slot of its own length, never to ours: our
       // posted receive is dropped unused and the payload is drained.
@@ -365,6 +364,23 @@ void CheckResolvable(int rank, const std::string& hostname) {
 }
 
 #ifdef ZEN_HAVE_REDIS
+// One connection attempt, bounded by budget (at most 2 s, Gloo's own limit).
+bool ProbeRedis(const std::string& host, int port, Millis budget, std::string* error) {
+  const Millis limit = std::min(budget, Millis(2000));
+  timeval tv{};
+  tv.tv_sec = limit.count() / 1000;
+  tv.tv_usec = static_cast<suseconds_t>((limit.count() % 1000) * 1000);
+  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+  if (c == nullptr) {
+    *error = "hiredis could not allocate a context";
+    return false;
+  }
+  const bool ok = c->err == 0;
+  if (!ok) *error = c->errstr;
+  redisFree(c);
+  return ok;
+}
+
 std::shared_ptr<gloo::rendezvous::Store> OpenRedis(const std::string& url, const std::string& where,
                                                    Millis timeout) {
   const auto colon = where.rfind(':');
@@ -385,10 +401,14 @@ std::shared_ptr<gloo::rendezvous::Store> OpenRedis(const std::string& url, const
   const auto start = Clock::now();
   std::string last;
   for (;;) {
-    try {
-      return std::make_shared<gloo::rendezvous::RedisStore>(host, port);
-    } catch (...) {
-      last = Describe(std::current_exception());
+    // Gloo's RedisStore leaks its hiredis context when the connection fails
+    // (it throws from the constructor without redisFree), so probe first.
+    if (ProbeRedis(host, port, std::max(Millis(1), timeout - Since(start)), &last)) {
+      try {
+        return std::make_shared<gloo::rendezvous::RedisStore>(host, port);
+      } catch (...) {
+        last = Describe(std::current_exception());
+      }
     }
     if (Since(start) >= timeout) break;
     std::this_thread::sleep_for(std::min(Millis(100), timeout));

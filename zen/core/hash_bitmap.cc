@@ -91,9 +91,8 @@ HashDomains HashDomains::FromLists(int64_t rows, const std::vector<std::vector<i
       const int64_t id = domains[j][i];
       if (id < 0 || id >= rows || seen[static_cast<size_t>(id)] ||
           (i > 0 && id <= domains[j][i - 1])) {
-        throw InvalidArgument(Where{}, "hash domains: id ", id, " at position ", i,
-                              " of domain ", j, " is outside [0, ", rows,
-                              "), repeated or out of order");
+        throw InvalidArgument(Where{}, "hash domains: id ", id, " at position ", i, " of domain ",
+                              j, " is outside [0, ", rows, "), repeated or out of order");
       }
       seen[static_cast<size_t>(id)] = 1;
       d.ids_.push_back(id);
@@ -108,8 +107,9 @@ HashDomains HashDomains::FromLists(int64_t rows, const std::vector<std::vector<i
 }
 
 std::span<const int64_t> HashDomains::domain(int server) const {
-  return std::span<const int64_t>(ids_).subspan(static_cast<size_t>(offsets_[static_cast<size_t>(server)]),
-                                                static_cast<size_t>(size(server)));
+  return std::span<const int64_t>(ids_).subspan(
+      static_cast<size_t>(offsets_[static_cast<size_t>(server)]),
+      static_cast<size_t>(size(server)));
 }
 
 int64_t HashDomains::size(int server) const {
@@ -170,7 +170,8 @@ RowEncoding EncodeRows(const HashDomains& domains, int server, int64_t width,
                             " (or the ids are not ascending)");
     }
     from = p + 1;
-    if (enc == RowEncoding::kHashBitmap) words[static_cast<size_t>(p >> 6)] |= uint64_t{1} << (p & 63);
+    if (enc == RowEncoding::kHashBitmap)
+      words[static_cast<size_t>(p >> 6)] |= uint64_t{1} << (p & 63);
   }
   if (enc == RowEncoding::kCoo) {
     std::memcpy(index, ids.data(), index_bytes);
@@ -197,8 +198,8 @@ void DecodeRows(std::span<const std::byte> message, const HashDomains& domains, 
                       kRowMagic, std::dec, " / ", int{kRowVersion}, ")");
   }
   if (h.width != width) {
-    throw FormatError(where, "row message from server ", server, ": width ", h.width,
-                      ", expected ", width);
+    throw FormatError(where, "row message from server ", server, ": width ", h.width, ", expected ",
+                      width);
   }
   const std::span<const int64_t> d = domains.domain(server);
   const int64_t dsize = static_cast<int64_t>(d.size());
@@ -217,8 +218,8 @@ void DecodeRows(std::span<const std::byte> message, const HashDomains& domains, 
     expect = CooMessageBytes(h.count, width);
   } else if (h.encoding == static_cast<uint8_t>(RowEncoding::kHashBitmap)) {
     if (h.domain_size != dsize) {
-      throw FormatError(where, "row message from server ", server, ": bitmap over ",
-                        h.domain_size, " positions, but the server's domain has ", dsize);
+      throw FormatError(where, "row message from server ", server, ": bitmap over ", h.domain_size,
+                        " positions, but the server's domain has ", dsize);
     }
     expect = BitmapMessageBytes(dsize, h.count, width);
   } else {
@@ -240,9 +241,8 @@ void DecodeRows(std::span<const std::byte> message, const HashDomains& domains, 
       const int64_t id = out.ids[i];
       const int64_t p = (id < 0 || id >= domains.rows()) ? -1 : FindFrom(d, from, id);
       if (p < 0) {
-        throw FormatError(where, "row message from server ", server, ": id ", id,
-                          " at position ", i,
-                          " is not in the server's domain, out of order or repeated");
+        throw FormatError(where, "row message from server ", server, ": id ", id, " at position ",
+                          i, " is not in the server's domain, out of order or repeated");
       }
       from = p + 1;
     }

@@ -42,7 +42,8 @@ TEST(HashDomains, PartitionAllRowsInOrder) {
 // The paper's example: |G| = 15 rows, 3 servers; server 0 aggregated rows
 // {5, 7}, which sit at positions {2, 3} of D_0. (Illustrative domains.)
 TEST(HashBitmap, PaperExampleFifteenRowsThreeServers) {
-  const HashDomains d = HashDomains::FromLists(15, {{0, 2, 5, 7, 11}, {1, 4, 8, 10, 13}, {3, 6, 9, 12, 14}});
+  const HashDomains d =
+      HashDomains::FromLists(15, {{0, 2, 5, 7, 11}, {1, 4, 8, 10, 13}, {3, 6, 9, 12, 14}});
   const std::vector<int64_t> ids = {5, 7};
   const std::vector<float> values = {1.5f, -2.0f};
   std::vector<std::byte> msg;
@@ -79,12 +80,14 @@ TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
         if (keep(rng)) ids.push_back(id);
       }
       const std::vector<float> values = Values(ids.size(), width, static_cast<float>(j));
-      for (EncodingChoice c : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kAuto}) {
+      for (EncodingChoice c :
+           {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kAuto}) {
         std::vector<std::byte> msg;
         const RowEncoding enc = EncodeRows(d, j, width, ids, values, c, msg);
         const int64_t count = static_cast<int64_t>(ids.size());
-        EXPECT_EQ(msg.size(), enc == RowEncoding::kCoo ? CooMessageBytes(count, width)
-                                                       : BitmapMessageBytes(d.size(j), count, width));
+        EXPECT_EQ(msg.size(), enc == RowEncoding::kCoo
+                                  ? CooMessageBytes(count, width)
+                                  : BitmapMessageBytes(d.size(j), count, width));
         if (c == EncodingChoice::kAuto) {
           EXPECT_EQ(msg.size(), std::min(CooMessageBytes(count, width),
                                          BitmapMessageBytes(d.size(j), count, width)));
@@ -104,7 +107,8 @@ TEST(HashBitmap, BitmapBytesPerRankAreRowsOverEightWhateverN) {
   for (int n : {2, 4, 8, 16, 64}) {
     const HashDomains d(rows, RowOwner::Hash(3, n), 2);
     size_t index_bytes = 0;
-    for (int j = 0; j < n; ++j) index_bytes += BitmapMessageBytes(d.size(j), 0, 1) - kRowHeaderBytes;
+    for (int j = 0; j < n; ++j)
+      index_bytes += BitmapMessageBytes(d.size(j), 0, 1) - kRowHeaderBytes;
     EXPECT_GE(index_bytes, static_cast<size_t>(rows / 8));
     EXPECT_LE(index_bytes, static_cast<size_t>(rows / 8 + 8 * n)) << "n " << n;
   }
@@ -237,7 +241,8 @@ TEST_F(MalformedTest, RandomCorruptionNeverCrashes) {
       ++accepted;  // e.g. a flipped value bit: still well-formed
       ASSERT_EQ(got.values.size(), got.ids.size() * 2);
       for (size_t i = 0; i < got.ids.size(); ++i) {
-        ASSERT_TRUE(std::binary_search(domains_.domain(1).begin(), domains_.domain(1).end(), got.ids[i]));
+        ASSERT_TRUE(
+            std::binary_search(domains_.domain(1).begin(), domains_.domain(1).end(), got.ids[i]));
         if (i) {
           ASSERT_LT(got.ids[i - 1], got.ids[i]);
         }

@@ -48,7 +48,8 @@ TEST(UniversalHash, CubicIsAPolynomialOfDegreeThree) {
     unsigned __int128 acc = 0;
     for (int j = 0; j <= order; ++j) {
       const uint64_t v = h.Raw(x + static_cast<uint64_t>(j));
-      const unsigned __int128 term = static_cast<unsigned __int128>(v) * binom[order][j] % kHashPrime;
+      const unsigned __int128 term =
+          static_cast<unsigned __int128>(v) * binom[order][j] % kHashPrime;
       acc = ((order - j) % 2 == 0) ? (acc + term) % kHashPrime
                                    : (acc + kHashPrime - term) % kHashPrime;
     }

@@ -18,7 +18,10 @@ constexpr int kMaxHashes = 8;
 struct DenseSource {
   const float* data;
   int64_t width;
-  bool present(int64_t r) const { return RowIsNonZero(data + r * width, width); }
+  template <typename Fn>
+  void ForEach(int64_t begin, int64_t end, Fn&& fn) const {
+    ForEachNonZeroRow(data, width, begin, end, fn);
+  }
   int64_t id(int64_t r) const { return r; }
   const float* row(int64_t r) const { return data + r * width; }
 };
@@ -28,7 +31,10 @@ struct SparseSource {
   const int64_t* ids;
   const float* values;
   int64_t width;
-  bool present(int64_t) const { return true; }
+  template <typename Fn>
+  void ForEach(int64_t begin, int64_t end, Fn&& fn) const {
+    for (int64_t i = begin; i < end; ++i) fn(i);
+  }
   int64_t id(int64_t i) const { return ids[i]; }
   const float* row(int64_t i) const { return values + i * width; }
 };
@@ -58,6 +64,7 @@ struct HierarchicalHashPartitioner::Tables {
   std::unique_ptr<std::atomic<int64_t>[]> parallel;  // servers x r1
   std::unique_ptr<std::atomic<int64_t>[]> serial;    // servers x r2
   std::unique_ptr<std::atomic<int64_t>[]> serial_used;
+  std::vector<std::vector<int64_t>> chosen;  // per server, capacity reused
 
   void Ensure(int n, int64_t want_r1, int64_t want_r2) {
     if (n == servers && want_r1 == r1 && want_r2 == r2) return;
@@ -71,8 +78,7 @@ struct HierarchicalHashPartitioner::Tables {
   }
 };
 
-HierarchicalHashPartitioner::HierarchicalHashPartitioner(int threads,
-                                                         HierarchicalHashConfig config)
+HierarchicalHashPartitioner::HierarchicalHashPartitioner(int threads, HierarchicalHashConfig config)
     : threads_(EffectiveThreads(threads)), config_(config), tables_(std::make_unique<Tables>()) {
   if (config_.hashes < 1 || config_.hashes > kMaxHashes) {
     throw InvalidArgument(Where{}, "hierarchical hash: k = ", config_.hashes,
@@ -136,43 +142,41 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
       static_cast<size_t>(ChunkCount(threads_, items, kMinRowsPerChunk)));
   ParallelChunks(threads_, items, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ThreadTally& my = tally[static_cast<size_t>(c)];
-    for (int64_t i = begin; i < end; ++i) {
-      if (!source.present(i)) continue;
+    source.ForEach(begin, end, [&](int64_t i) {
       ++my.present;
       const int64_t id = source.id(i);
       const int s = owner(id);
       std::atomic<int64_t>* region = t.parallel.get() + static_cast<size_t>(s) * r1;
-      bool placed = false;
-      for (int h = 0; h < k && !placed; ++h) {
+      for (int h = 0; h < k; ++h) {
         std::atomic<int64_t>& slot =
             region[level2[h](static_cast<uint64_t>(id), static_cast<uint64_t>(r1))];
+        // Read first (cheap when taken), then claim with one atomic step.
         int64_t seen = slot.load(std::memory_order_relaxed);
         if (seen == kEmpty && slot.compare_exchange_strong(seen, i, std::memory_order_relaxed)) {
-          placed = true;
-        } else {
-          ++my.probes;
+          ++my.in_parallel;
+          return;
         }
+        ++my.probes;
       }
-      if (placed) {
-        ++my.in_parallel;
-        continue;
-      }
-      const int64_t p = t.serial_used[static_cast<size_t>(s)].fetch_add(1, std::memory_order_relaxed);
+      const int64_t p =
+          t.serial_used[static_cast<size_t>(s)].fetch_add(1, std::memory_order_relaxed);
       if (p < r2) {
         t.serial[static_cast<size_t>(s) * r2 + p].store(i, std::memory_order_relaxed);
         ++my.in_serial;
       } else {
         my.spill.emplace_back(i, s);
       }
-    }
+    });
   });
 
   // Collect per server: non-empty slots, the serial region, spills; reset
   // the tables for the next call; sort into id order.
-  std::vector<std::vector<int64_t>> chosen(un);
+  std::vector<std::vector<int64_t>>& chosen = t.chosen;
+  chosen.resize(un);
   ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       std::vector<int64_t>& mine = chosen[static_cast<size_t>(s)];
+      mine.clear();
       std::atomic<int64_t>* region = t.parallel.get() + static_cast<size_t>(s) * r1;
       for (int64_t j = 0; j < r1; ++j) {
         const int64_t v = region[j].load(std::memory_order_relaxed);
@@ -222,14 +226,12 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
   }
   out.ids.resize(static_cast<size_t>(st.rows));
   out.values.resize(static_cast<size_t>(st.rows) * static_cast<size_t>(width));
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
   ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       int64_t pos = out.offsets[static_cast<size_t>(s)];
       for (int64_t item : chosen[static_cast<size_t>(s)]) {
         out.ids[static_cast<size_t>(pos)] = source.id(item);
-        std::memcpy(out.values.data() + static_cast<size_t>(pos) * width, source.row(item),
-                    row_bytes);
+        CopyRow(out.values.data() + static_cast<size_t>(pos) * width, source.row(item), width);
         ++pos;
       }
     }

@@ -39,10 +39,10 @@
 namespace zen {
 
 struct HierarchicalHashConfig {
-  double parallel_factor = 2.0;  // r1 = factor x expected rows per server
-  double serial_fraction = 0.1;  // r2 = fraction x r1
-  int hashes = 3;                // k second-level hashes
-  int64_t min_slots = 64;        // floor for r1 (and r2 >= min_slots / 4)
+  double parallel_factor = 2.0;           // r1 = factor x expected rows per server
+  double serial_fraction = 0.1;           // r2 = fraction x r1
+  int hashes = 3;                         // k second-level hashes
+  int64_t min_slots = 64;                 // floor for r1 (and r2 >= min_slots / 4)
   uint64_t seed = 0x2e4ba5c1d3f7a9b1ULL;  // of the level-2 hashes (rank-local)
   // Rows expected in the next call: < 0 means "the previous call's count,
   // or, on the first dense call, an estimate from 4096 sampled rows".

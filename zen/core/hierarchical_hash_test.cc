@@ -13,7 +13,8 @@ std::vector<float> DenseWithRows(int64_t rows, int64_t width, const std::vector<
   std::vector<float> d(static_cast<size_t>(rows * width), 0.0f);
   for (int64_t r : nz) {
     for (int64_t k = 0; k < width; ++k) {
-      d[static_cast<size_t>(r * width + k)] = static_cast<float>(r % 97 + 1) + 0.25f * static_cast<float>(k);
+      d[static_cast<size_t>(r * width + k)] =
+          static_cast<float>(r % 97 + 1) + 0.25f * static_cast<float>(k);
     }
   }
   return d;
@@ -105,7 +106,8 @@ TEST(HierarchicalHash, RangeOwnerAndSparseInput) {
   ExpectSameAsCounting(dense, rows, width, RowOwner::Range(rows, 6), hh);
 
   std::vector<float> values;
-  for (int64_t r : nz) values.insert(values.end(), dense.begin() + r * width, dense.begin() + (r + 1) * width);
+  for (int64_t r : nz)
+    values.insert(values.end(), dense.begin() + r * width, dense.begin() + (r + 1) * width);
   Partitions want, got;
   CountingPartitioner(1).PartitionSparse(nz, values, width, RowOwner::Hash(3, 6), want);
   hh.PartitionSparse(nz, values, width, RowOwner::Hash(3, 6), got);

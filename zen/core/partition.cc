@@ -43,20 +43,18 @@ void Scatter(std::vector<ChunkRows>& chunks, int servers, int64_t width, int thr
   out.offsets[n] = pos;
   out.ids.resize(static_cast<size_t>(pos));
   out.values.resize(static_cast<size_t>(pos) * static_cast<size_t>(width));
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
-  ParallelChunks(threads, static_cast<int64_t>(chunks.size()), 1,
-                 [&](int, int64_t begin, int64_t end) {
-                   for (int64_t c = begin; c < end; ++c) {
-                     ChunkRows& ch = chunks[static_cast<size_t>(c)];
-                     std::vector<int64_t>& cur = cursor[static_cast<size_t>(c)];
-                     for (size_t i = 0; i < ch.items.size(); ++i) {
-                       const int64_t p = cur[static_cast<size_t>(ch.owners[i])]++;
-                       out.ids[static_cast<size_t>(p)] = id_of(ch.items[i]);
-                       std::memcpy(out.values.data() + static_cast<size_t>(p) * width,
-                                   row_of(ch.items[i]), row_bytes);
-                     }
-                   }
-                 });
+  ParallelChunks(
+      threads, static_cast<int64_t>(chunks.size()), 1, [&](int, int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          ChunkRows& ch = chunks[static_cast<size_t>(c)];
+          std::vector<int64_t>& cur = cursor[static_cast<size_t>(c)];
+          for (size_t i = 0; i < ch.items.size(); ++i) {
+            const int64_t p = cur[static_cast<size_t>(ch.owners[i])]++;
+            out.ids[static_cast<size_t>(p)] = id_of(ch.items[i]);
+            CopyRow(out.values.data() + static_cast<size_t>(p) * width, row_of(ch.items[i]), width);
+          }
+        }
+      });
 }
 
 }  // namespace
@@ -125,22 +123,38 @@ int ParallelChunks(int threads, int64_t items, int64_t min_chunk,
   return chunks;
 }
 
-CountingPartitioner::CountingPartitioner(int threads) : threads_(EffectiveThreads(threads)) {}
+struct CountingPartitioner::Scratch {
+  std::vector<ChunkRows> chunks;
+
+  // chunks.size() == n_chunks, each emptied (capacity kept) with zero counts.
+  std::vector<ChunkRows>& Reset(int n_chunks, int servers) {
+    chunks.resize(static_cast<size_t>(n_chunks));
+    for (ChunkRows& c : chunks) {
+      c.items.clear();
+      c.owners.clear();
+      c.counts.assign(static_cast<size_t>(servers), 0);
+    }
+    return chunks;
+  }
+};
+
+CountingPartitioner::CountingPartitioner(int threads)
+    : threads_(EffectiveThreads(threads)), scratch_(std::make_unique<Scratch>()) {}
+
+CountingPartitioner::~CountingPartitioner() = default;
 
 void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t rows, int64_t width,
                                          const RowOwner& owner, Partitions& out) {
-  const size_t n = static_cast<size_t>(owner.servers());
-  std::vector<ChunkRows> chunks(static_cast<size_t>(ChunkCount(threads_, rows, kMinRowsPerChunk)));
+  std::vector<ChunkRows>& chunks =
+      scratch_->Reset(ChunkCount(threads_, rows, kMinRowsPerChunk), owner.servers());
   ParallelChunks(threads_, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
-    ch.counts.assign(n, 0);
-    for (int64_t r = begin; r < end; ++r) {
-      if (!RowIsNonZero(dense.data() + r * width, width)) continue;
+    ForEachNonZeroRow(dense.data(), width, begin, end, [&](int64_t r) {
       const int s = owner(r);
       ch.items.push_back(r);
       ch.owners.push_back(s);
       ++ch.counts[static_cast<size_t>(s)];
-    }
+    });
   });
   Scatter(
       chunks, owner.servers(), width, threads_, [](int64_t r) { return r; },
@@ -150,12 +164,11 @@ void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t r
 void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
                                           std::span<const float> values, int64_t width,
                                           const RowOwner& owner, Partitions& out) {
-  const size_t n = static_cast<size_t>(owner.servers());
   const int64_t m = static_cast<int64_t>(ids.size());
-  std::vector<ChunkRows> chunks(static_cast<size_t>(ChunkCount(threads_, m, kMinRowsPerChunk)));
+  std::vector<ChunkRows>& chunks =
+      scratch_->Reset(ChunkCount(threads_, m, kMinRowsPerChunk), owner.servers());
   ParallelChunks(threads_, m, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
-    ch.counts.assign(n, 0);
     ch.items.reserve(static_cast<size_t>(end - begin));
     ch.owners.reserve(static_cast<size_t>(end - begin));
     for (int64_t i = begin; i < end; ++i) {

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <span>
@@ -75,7 +76,9 @@ struct Partitions {
   std::vector<int64_t> ids;      // grouped by server, ascending within a server
   std::vector<float> values;     // ids.size() * width
 
-  int64_t count(int s) const { return offsets[static_cast<size_t>(s) + 1] - offsets[static_cast<size_t>(s)]; }
+  int64_t count(int s) const {
+    return offsets[static_cast<size_t>(s) + 1] - offsets[static_cast<size_t>(s)];
+  }
   int64_t total() const { return static_cast<int64_t>(ids.size()); }
   std::span<const int64_t> ids_of(int s) const;
   std::span<const float> values_of(int s) const;
@@ -102,6 +105,7 @@ class Partitioner {
 class CountingPartitioner final : public Partitioner {
  public:
   explicit CountingPartitioner(int threads = 1);
+  ~CountingPartitioner() override;
   std::string_view name() const override { return "counting"; }
   void PartitionDense(std::span<const float> dense, int64_t rows, int64_t width,
                       const RowOwner& owner, Partitions& out) override;
@@ -109,7 +113,9 @@ class CountingPartitioner final : public Partitioner {
                        const RowOwner& owner, Partitions& out) override;
 
  private:
+  struct Scratch;
   int threads_;
+  std::unique_ptr<Scratch> scratch_;  // per-thread lists, reused between calls
 };
 
 // "counting" or "hierarchical"; InvalidArgument for another name.
@@ -117,6 +123,41 @@ std::unique_ptr<Partitioner> MakePartitioner(std::string_view kind, int threads)
 
 // True if any of the width floats at row is non-zero (-0.0 counts as zero).
 bool RowIsNonZero(const float* row, int64_t width);
+
+// Calls fn(r) for every non-zero row r in [begin, end) of dense (row-major,
+// `width` floats per row), in ascending order. Runs of zero rows are skipped
+// 64 floats at a time with a branch-free test the compiler vectorizes.
+template <typename Fn>
+void ForEachNonZeroRow(const float* dense, int64_t width, int64_t begin, int64_t end, Fn&& fn) {
+  constexpr int64_t kBlock = 64;  // floats tested at once
+  int64_t r = begin;
+  if (width <= kBlock && kBlock % width == 0) {
+    const int64_t rows_per_block = kBlock / width;
+    while (r + rows_per_block <= end) {
+      const float* p = dense + r * width;
+      bool any = false;
+      for (int64_t i = 0; i < kBlock; ++i) any |= p[i] != 0.0f;
+      if (any) {
+        for (int64_t k = r; k < r + rows_per_block; ++k) {
+          if (RowIsNonZero(dense + k * width, width)) fn(k);
+        }
+      }
+      r += rows_per_block;
+    }
+  }
+  for (; r < end; ++r) {
+    if (RowIsNonZero(dense + r * width, width)) fn(r);
+  }
+}
+
+// Copies one row of width floats (a plain store for width 1).
+inline void CopyRow(float* dst, const float* src, int64_t width) {
+  if (width == 1) {
+    *dst = *src;
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(width) * sizeof(float));
+  }
+}
 
 // 0 -> std::thread::hardware_concurrency() (at least 1); otherwise threads.
 int EffectiveThreads(int threads);

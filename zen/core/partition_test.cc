@@ -67,7 +67,8 @@ TEST_P(DensePartitionTest, MatchesBruteForce) {
   const int64_t rows = 70001;  // several chunks of 16384 rows
   const std::vector<float> dense = RandomDense(rows, c.width, c.density, 17);
   auto part = MakePartitioner(c.partitioner, c.threads);
-  for (const RowOwner& owner : {RowOwner::Hash(5, 7), RowOwner::Range(rows, 4), RowOwner::Hash(9, 1)}) {
+  for (const RowOwner& owner :
+       {RowOwner::Hash(5, 7), RowOwner::Range(rows, 4), RowOwner::Hash(9, 1)}) {
     Partitions p;
     part->PartitionDense(dense, rows, c.width, owner, p);
     ExpectPartitionsOfDense(p, dense, rows, c.width, owner);

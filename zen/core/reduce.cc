@@ -15,6 +15,14 @@ void CheckSameShape(const SparseTensor& a, const SparseTensor& b) {
   }
 }
 
+// |got - want|, where NaN matches only NaN and an infinity only the same
+// infinity (a plain fabs would yield NaN, which std::max ignores).
+double ElementError(double got, double want) {
+  if (std::isnan(got) || std::isnan(want)) return std::isnan(got) && std::isnan(want) ? 0 : INFINITY;
+  if (std::isinf(got) || std::isinf(want)) return got == want ? 0 : INFINITY;
+  return std::fabs(got - want);
+}
+
 }  // namespace
 
 void AddInto(std::span<float> dst, std::span<const float> src) {
@@ -104,7 +112,9 @@ DenseReference::DenseReference(std::span<const SparseTensor> inputs) {
     }
   }
   for (uint8_t p : present_) present_count_ += p;
-  for (double v : sum_) max_abs_ = std::max(max_abs_, std::fabs(v));
+  for (double v : sum_) {
+    if (std::isfinite(v)) max_abs_ = std::max(max_abs_, std::fabs(v));
+  }
 }
 
 Agreement DenseReference::Compare(const SparseTensor& got) const {
@@ -124,13 +134,13 @@ Agreement DenseReference::Compare(const SparseTensor& got) const {
     seen[r] = 1;
     if (!present_[r]) ++out.rows_mismatch;
     for (size_t j = 0; j < w; ++j) {
-      max_err = std::max(max_err, std::fabs(static_cast<double>(vals[i * w + j]) - sum_[r * w + j]));
+      max_err = std::max(max_err, ElementError(vals[i * w + j], sum_[r * w + j]));
     }
   }
   for (size_t r = 0; r < present_.size(); ++r) {
     if (present_[r] && !seen[r]) {
       ++out.rows_mismatch;
-      for (size_t j = 0; j < w; ++j) max_err = std::max(max_err, std::fabs(sum_[r * w + j]));
+      for (size_t j = 0; j < w; ++j) max_err = std::max(max_err, ElementError(0, sum_[r * w + j]));
     }
   }
   out.max_rel_error = max_abs_ > 0 ? max_err / max_abs_ : max_err;
@@ -152,7 +162,7 @@ Agreement DenseReference::CompareDense(std::span<const float> got) const {
     for (size_t j = 0; j < w; ++j) {
       const float g = got[r * w + j];
       nonzero |= g != 0.0f;
-      max_err = std::max(max_err, std::fabs(static_cast<double>(g) - sum_[r * w + j]));
+      max_err = std::max(max_err, ElementError(g, sum_[r * w + j]));
     }
     if (nonzero && !present_[r]) ++out.rows_mismatch;
   }

@@ -22,7 +22,8 @@ class AgSparse final : public Scheme {
     // One message per peer: [ids (int64 x nnz)][values (float x nnz x width)].
     // AllGatherV exchanges the byte counts first.
     const ByteBuffer mine = EncodeCoo(local.ids(), local.values());
-    std::vector<ByteBuffer> all = AllGatherV(comm, mine);
+    std::vector<ByteBuffer> all =
+        AllGatherV(comm, mine, CooBytesBound(local.rows(), local.width()));
     std::vector<SparseTensor> parts;
     parts.reserve(all.size());
     for (size_t r = 0; r < all.size(); ++r) {

@@ -34,6 +34,15 @@ Geometry MakeGeometry(int64_t rows, int64_t width, int64_t block_values) {
   return {rows, width, block_values, rows * width};
 }
 
+// An upper bound on any message (the records of all blocks), saturating:
+// what a peer may announce.
+int64_t MaxMessageBytes(const Geometry& g) {
+  const long double mask = static_cast<long double>((g.block_values + 2 + 7) / 8 + 1);
+  const long double bytes = static_cast<long double>(g.blocks()) * (sizeof(uint64_t) + mask) +
+                            static_cast<long double>(g.total) * sizeof(float);
+  return bytes >= static_cast<long double>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(bytes);
+}
+
 // A parsed block record inside a received buffer.
 struct Record {
   int64_t block;
@@ -199,7 +208,7 @@ class OmniReduce final : public Scheme {
     std::vector<ByteBuffer> push = EncodeLocal(g, local, n);
     const ByteBuffer own = std::move(push[static_cast<size_t>(me)]);
     push[static_cast<size_t>(me)].clear();
-    const std::vector<ByteBuffer> got = AllToAllV(comm, push);
+    const std::vector<ByteBuffer> got = AllToAllV(comm, push, MaxMessageBytes(g));
 
     const auto [lo, hi] = range(me);
     std::vector<std::pair<int, Record>> parts;
@@ -209,7 +218,7 @@ class OmniReduce final : public Scheme {
     }
     const ByteBuffer served = Aggregate(g, std::move(parts));
 
-    const std::vector<ByteBuffer> all = AllGatherV(comm, served);
+    const std::vector<ByteBuffer> all = AllGatherV(comm, served, MaxMessageBytes(g));
     std::vector<int64_t> ids;
     std::vector<float> values;
     for (int o = 0; o < n; ++o) {

@@ -46,7 +46,7 @@ class SparsePs final : public Scheme {
       push[static_cast<size_t>(o)] =
           EncodeCoo(ids.subspan(b, e - b), values.subspan(b * w, (e - b) * w));
     }
-    const std::vector<ByteBuffer> got = AllToAllV(comm, push);
+    const std::vector<ByteBuffer> got = AllToAllV(comm, push, CooBytesBound(rows, width));
 
     // Serve: sum the pushes with this rank's own slice of its range.
     std::vector<SparseTensor> parts;
@@ -69,7 +69,7 @@ class SparsePs final : public Scheme {
 
     // Pull: every server's summed range, concatenated in rank order.
     const ByteBuffer mine = EncodeCoo(served.ids(), served.values());
-    const std::vector<ByteBuffer> all = AllGatherV(comm, mine);
+    const std::vector<ByteBuffer> all = AllGatherV(comm, mine, CooBytesBound(rows, width));
     std::vector<int64_t> out_ids;
     std::vector<float> out_values;
     for (int o = 0; o < n; ++o) {

@@ -28,6 +28,14 @@ inline size_t CooBytes(size_t nnz, int64_t width) {
   return nnz * (sizeof(int64_t) + static_cast<size_t>(width) * sizeof(float));
 }
 
+// The largest COO message a sender can have for a [rows x width] tensor
+// (every row present), saturating at INT64_MAX: the bound passed to the
+// collectives so a peer cannot make a receiver allocate more.
+inline int64_t CooBytesBound(int64_t rows, int64_t width) {
+  const auto per_row = static_cast<int64_t>(CooBytes(1, width));
+  return rows > INT64_MAX / per_row ? INT64_MAX : rows * per_row;
+}
+
 ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const float> values);
 
 // Appends the COO encoding to out (for messages with a header of their own).

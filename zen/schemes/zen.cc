@@ -1,5 +1,6 @@
 #include "zen/schemes/zen.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -56,7 +57,8 @@ uint64_t ZenScheme::AgreedSeed(Communicator& comm) {
   auto it = seeds_.find(key);
   if (it != seeds_.end()) return it->second;
   const uint64_t mine = options_.seed;
-  const ByteBuffer got = Broadcast(comm, 0, std::as_bytes(std::span(&mine, 1)));
+  const ByteBuffer got =
+      Broadcast(comm, 0, std::as_bytes(std::span(&mine, 1)), sizeof(uint64_t));
   if (got.size() != sizeof(uint64_t)) {
     throw FormatError(Where{comm.rank()}, "zen: the seed broadcast from rank 0 has ", got.size(),
                       " bytes, expected ", sizeof(uint64_t));
@@ -72,11 +74,13 @@ ZenScheme::Plan ZenScheme::Prepare(Communicator& comm, int64_t rows) {
   Plan plan;
   plan.owner = config_.ownership == ZenOwnership::kHash ? RowOwner::Hash(AgreedSeed(comm), n)
                                                         : RowOwner::Range(rows, n);
-  const auto key = std::make_tuple(rows, static_cast<int>(plan.owner.kind()), n,
-                                   plan.owner.kind() == RowOwner::Kind::kHash ? plan.owner.seed() : 0);
+  const auto key =
+      std::make_tuple(rows, static_cast<int>(plan.owner.kind()), n,
+                      plan.owner.kind() == RowOwner::Kind::kHash ? plan.owner.seed() : 0);
   auto it = domains_.find(key);
   if (it == domains_.end()) {
-    it = domains_.emplace(key, std::make_shared<const HashDomains>(rows, plan.owner, threads_)).first;
+    it = domains_.emplace(key, std::make_shared<const HashDomains>(rows, plan.owner, threads_))
+             .first;
   }
   plan.domains = it->second;
   return plan;
@@ -99,7 +103,9 @@ std::vector<DecodedRows> ZenScheme::Exchange(Communicator& comm, const Plan& pla
                push[static_cast<size_t>(j)]);
     stats_.pushed_rows += mine.count(j);
   }
-  const std::vector<ByteBuffer> pushed = AllToAllV(comm, push);
+  // A peer may announce at most a COO message of every row of this domain.
+  const auto push_bound = static_cast<int64_t>(CooMessageBytes(domains.size(r), width));
+  const std::vector<ByteBuffer> pushed = AllToAllV(comm, push, push_bound);
   push.clear();
   const Snapshot after_push = Take(comm);
   stats_.push_seconds = Since(t0);
@@ -114,8 +120,8 @@ std::vector<DecodedRows> ZenScheme::Exchange(Communicator& comm, const Plan& pla
       parts.push_back({mine.ids_of(r), mine.values_of(r)});
       continue;
     }
-    DecodeRows(pushed[static_cast<size_t>(i)], domains, r, width,
-               where, got[static_cast<size_t>(i)]);
+    DecodeRows(pushed[static_cast<size_t>(i)], domains, r, width, where,
+               got[static_cast<size_t>(i)]);
     parts.push_back(View(got[static_cast<size_t>(i)]));
   }
   DecodedRows served;
@@ -128,7 +134,11 @@ std::vector<DecodedRows> ZenScheme::Exchange(Communicator& comm, const Plan& pla
   ByteBuffer message;
   stats_.pull_encoding =
       EncodeRows(domains, r, width, served.ids, served.values, config_.pull_encoding, message);
-  const std::vector<ByteBuffer> pulled = AllGatherV(comm, message);
+  // At most every row of the largest domain, in COO (a full bitmap is smaller).
+  int64_t largest = 0;
+  for (int j = 0; j < n; ++j) largest = std::max(largest, domains.size(j));
+  const auto pull_bound = static_cast<int64_t>(CooMessageBytes(largest, width));
+  const std::vector<ByteBuffer> pulled = AllGatherV(comm, message, pull_bound);
   message.clear();
   const Snapshot after_pull = Take(comm);
   stats_.pull_seconds = Since(t0);
@@ -165,7 +175,8 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   const Plan plan = Prepare(comm, local.rows());
   auto t0 = Clock::now();
   Partitions mine;
-  sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), plan.owner, mine);
+  sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), plan.owner,
+                                       mine);
   stats_.partition_seconds = Since(t0);
 
   const std::vector<DecodedRows> servers = Exchange(comm, plan, mine, local.width(), where);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -307,6 +308,31 @@ TEST(TraceTest, ReadsFilesWrittenByThePythonWriter) {
   EXPECT_TRUE(t.Get("step0.b", 0).empty());
   EXPECT_EQ(t.Get("step0.b", 1).ToDense()[19], -2.0f);
   EXPECT_EQ(t.Get("step0.b", 2).ToDense()[5], 3.25f);
+}
+
+// The trace shipped in the repository (docs/workloads.md) passes every check
+// and has the documented shape.
+TEST(TraceTest, ShippedTraceIsValid) {
+  const std::string path = RepoRoot() + "/data/traces/gcide-lm-n8.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  const Trace t = ReadTrace(path);  // validates ids of every rank
+  EXPECT_EQ(t.world_size, 8);
+  ASSERT_GE(t.tensors.size(), 2u);
+  EXPECT_EQ(t.tensors[0].name, "step0.embedding");
+  EXPECT_EQ(t.tensors[0].rows, 32000);
+  EXPECT_EQ(t.tensors[0].width, 64);
+  for (const TraceTensorInfo& info : t.tensors) {
+    for (int r = 0; r < t.world_size; ++r) {
+      // A real gradient row is never all zero.
+      const SparseTensor& s = t.Get(info.name, r);
+      EXPECT_GT(s.nnz(), 0u) << info.name << " rank " << r;
+      for (size_t i = 0; i < s.nnz(); ++i) {
+        const auto row = s.row(i);
+        ASSERT_TRUE(std::any_of(row.begin(), row.end(), [](float v) { return v != 0; }))
+            << info.name << " rank " << r << " row " << s.ids()[i];
+      }
+    }
+  }
 }
 
 // --- malformed files ---------------------------------------------------------

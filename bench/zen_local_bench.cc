@@ -1,0 +1,148 @@
+// zen_local_bench — throughput of ZEN's local (per-rank) work on a dense
+// gradient buffer, in GB/s of gradient data (rows x width x 4 bytes per
+// iteration), next to a memcpy of the same buffer measured in the same run.
+//
+//   BM_Memcpy          copy of the buffer: the memory-bandwidth ceiling
+//   BM_Extract         non-zero rows -> per-server partitions (PartitionDense)
+//   BM_LocalPipeline   extract + partition, then encode every partition as
+//                      the push (COO) and the pull (hash bitmap) would, and
+//                      decode both back
+// Arguments: partitioner (0 counting, 1 hierarchical), density in 1/10000,
+// shape (0: 4M x 1, 1: 128K x 32), threads. 8 servers.
+//
+// Usage:
+//   build/bin/zen_local_bench --benchmark_filter=Extract --benchmark_min_time=0.2
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "zen/core/hash_bitmap.h"
+#include "zen/core/hierarchical_hash.h"
+#include "zen/core/partition.h"
+
+namespace zen {
+namespace {
+
+constexpr int kServers = 8;
+
+struct Shape {
+  int64_t rows;
+  int64_t width;
+};
+constexpr Shape kShapes[] = {{int64_t{1} << 22, 1}, {int64_t{1} << 17, 32}};
+
+// A buffer with `density` of its rows non-zero, drawn at random (a fixed
+// seed per shape and density).
+const std::vector<float>& Gradient(int shape, int density_e4) {
+  static std::vector<float> cache;
+  static int cached_shape = -1, cached_density = -1;
+  if (shape != cached_shape || density_e4 != cached_density) {
+    const Shape s = kShapes[shape];
+    cache.assign(static_cast<size_t>(s.rows * s.width), 0.0f);
+    std::mt19937_64 rng(static_cast<uint64_t>(shape * 100000 + density_e4));
+    std::bernoulli_distribution keep(density_e4 / 1e4);
+    std::uniform_real_distribution<float> value(0.5f, 1.5f);
+    for (int64_t r = 0; r < s.rows; ++r) {
+      if (!keep(rng)) continue;
+      for (int64_t k = 0; k < s.width; ++k)
+        cache[static_cast<size_t>(r * s.width + k)] = value(rng);
+    }
+    cached_shape = shape;
+    cached_density = density_e4;
+  }
+  return cache;
+}
+
+std::unique_ptr<Partitioner> Make(int64_t kind, int threads) {
+  return MakePartitioner(kind == 0 ? "counting" : "hierarchical", threads);
+}
+
+void SetLabels(benchmark::State& state, const Partitions& p, const Shape& s) {
+  state.SetBytesProcessed(state.iterations() * s.rows * s.width *
+                          static_cast<int64_t>(sizeof(float)));
+  state.counters["nnz"] = static_cast<double>(p.total());
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const Shape s = kShapes[state.range(0)];
+  const std::vector<float>& src = Gradient(static_cast<int>(state.range(0)), 100);
+  std::vector<float> dst(src.size());
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * s.rows * s.width *
+                          static_cast<int64_t>(sizeof(float)));
+}
+
+void BM_Extract(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(2));
+  const Shape s = kShapes[shape];
+  const std::vector<float>& g = Gradient(shape, static_cast<int>(state.range(1)));
+  auto part = Make(state.range(0), static_cast<int>(state.range(3)));
+  const RowOwner owner = RowOwner::Hash(42, kServers);
+  Partitions p;
+  for (auto _ : state) {
+    part->PartitionDense(g, s.rows, s.width, owner, p);
+    benchmark::DoNotOptimize(p.ids.data());
+  }
+  SetLabels(state, p, s);
+  state.SetLabel(std::string(part->name()));
+  if (auto* hh = dynamic_cast<HierarchicalHashPartitioner*>(part.get())) {
+    state.counters["serial"] = static_cast<double>(hh->last_stats().in_serial);
+    state.counters["spilled"] = static_cast<double>(hh->last_stats().spilled);
+  }
+}
+
+void BM_LocalPipeline(benchmark::State& state) {
+  const int shape = static_cast<int>(state.range(2));
+  const Shape s = kShapes[shape];
+  const std::vector<float>& g = Gradient(shape, static_cast<int>(state.range(1)));
+  auto part = Make(state.range(0), static_cast<int>(state.range(3)));
+  const RowOwner owner = RowOwner::Hash(42, kServers);
+  const HashDomains domains(s.rows, owner, static_cast<int>(state.range(3)));
+  Partitions p;
+  std::vector<std::byte> msg;
+  DecodedRows back;
+  for (auto _ : state) {
+    part->PartitionDense(g, s.rows, s.width, owner, p);
+    for (int j = 0; j < kServers; ++j) {
+      EncodeRows(domains, j, s.width, p.ids_of(j), p.values_of(j), EncodingChoice::kCoo, msg);
+      DecodeRows(msg, domains, j, s.width, Where{}, back);
+      EncodeRows(domains, j, s.width, p.ids_of(j), p.values_of(j), EncodingChoice::kHashBitmap,
+                 msg);
+      DecodeRows(msg, domains, j, s.width, Where{}, back);
+      benchmark::DoNotOptimize(back.values.data());
+    }
+  }
+  SetLabels(state, p, s);
+  state.SetLabel(std::string(part->name()));
+}
+
+void Args(benchmark::internal::Benchmark* b) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int shape : {0, 1}) {
+    for (int density_e4 : {10, 100, 500, 2000, 5000}) {
+      for (int threads : {1, hw}) {
+        for (int kind : {0, 1}) b->Args({kind, density_e4, shape, threads});
+        if (hw == 1) break;
+      }
+    }
+  }
+  b->ArgNames({"hier", "dens_e4", "shape", "threads"});
+  b->UseRealTime();
+  b->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_Memcpy)->Arg(0)->Arg(1)->ArgName("shape")->UseRealTime()->Unit(
+    benchmark::kMillisecond);
+BENCHMARK(BM_Extract)->Apply(Args);
+BENCHMARK(BM_LocalPipeline)->Apply(Args);
+
+}  // namespace
+}  // namespace zen
+
+BENCHMARK_MAIN();

@@ -1,0 +1,222 @@
+// fuzz/fuzz_cases.h — how the fuzz targets read their input, shared with the
+// seed writer (make_seeds.cc) so that the committed corpus starts from
+// valid messages.
+//
+// Every target's input is a few parameter bytes followed by the bytes under
+// test. A target accepts exactly the zen error it documents (FormatError
+// for received or read bytes); any other exception escapes and libFuzzer
+// reports it as a crash, as it does for a sanitizer finding. After a
+// successful decode the target checks the invariants the decoder promises.
+//
+// Usage (in a target):
+//   zen::fuzz::Input in(data, size);
+//   const int64_t rows = in.Rows();        // consumes parameter bytes
+//   std::span<const std::byte> rest = in.Rest();
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zen/comm/communicator.h"
+#include "zen/core/error.h"
+#include "zen/core/sparse_tensor.h"
+#include "zen/workload/synthetic.h"
+
+namespace zen::fuzz {
+
+// Parameter bytes, then the rest. Missing parameter bytes read as zero.
+class Input {
+ public:
+  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+  uint16_t U16() {
+    const uint16_t lo = Byte();
+    return static_cast<uint16_t>(lo | (Byte() << 8));
+  }
+  std::span<const std::byte> Rest() const {
+    if (pos_ >= size_) return {};
+    return std::as_bytes(std::span<const uint8_t>(data_ + pos_, size_ - pos_));
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+[[noreturn]] inline void Fail(const std::string& what) {
+  std::fprintf(stderr, "fuzz invariant violated: %s\n", what.c_str());
+  std::abort();
+}
+
+inline void CheckTensor(const SparseTensor& t, int64_t rows, int64_t width) {
+  if (t.rows() != rows || t.width() != width) Fail("shape changed");
+  if (t.values().size() != t.nnz() * static_cast<size_t>(width)) Fail("values size");
+  for (size_t i = 0; i < t.nnz(); ++i) {
+    const int64_t id = t.ids()[i];
+    if (id < 0 || id >= rows) Fail("id outside [0, rows)");
+    if (i > 0 && id <= t.ids()[i - 1]) Fail("ids not increasing");
+  }
+}
+
+// ---- peer_fuzz: a scheme on rank 0 whose peers are the fuzz input ----
+
+// Parameter bytes: scheme index, world (2..4), flags (bit 0: dense-buffer
+// entry; bit 1: width 3 instead of 1), rows selector, density selector.
+struct PeerCase {
+  size_t scheme = 0;  // index into AllSchemes().ids(), modulo their number
+  int world = 2;
+  bool dense = false;
+  SyntheticSpec spec;
+
+  static PeerCase Read(Input& in) {
+    PeerCase c;
+    c.scheme = in.Byte();
+    c.world = 2 + in.Byte() % 3;
+    const uint8_t flags = in.Byte();
+    c.dense = flags & 1;
+    c.spec.width = (flags & 2) ? 3 : 1;
+    c.spec.rows = 64 + in.Byte() * 37;
+    c.spec.density = (1 + in.Byte() % 100) / 100.0;
+    c.spec.skew = 1.1;
+    c.spec.seed = 17;
+    return c;
+  }
+  std::vector<uint8_t> Header() const {
+    return {static_cast<uint8_t>(scheme), static_cast<uint8_t>(world - 2),
+            static_cast<uint8_t>((dense ? 1 : 0) | (spec.width == 3 ? 2 : 0)),
+            static_cast<uint8_t>((spec.rows - 64) / 37),
+            static_cast<uint8_t>(static_cast<int>(spec.density * 100 + 0.5) - 1)};
+  }
+};
+
+// A request whose bytes are delivered when it is waited for.
+class LazyRequest final : public Request {
+ public:
+  template <typename F>
+  explicit LazyRequest(F fill) : fill_(std::move(fill)) {}
+  void Wait() override {
+    if (fill_) std::exchange(fill_, nullptr)();
+  }
+
+ private:
+  std::function<void()> fill_;
+};
+
+// Rank 0 of `world`: sends vanish; each receive, when waited for, takes its
+// bytes from the stream (all peers share one stream, in the order rank 0
+// waits). An exhausted stream is a dead peer: TransportError.
+class StreamComm final : public Communicator {
+ public:
+  StreamComm(int world, std::span<const std::byte> stream)
+      : Communicator(0, world, std::chrono::milliseconds(1000)), stream_(stream) {}
+
+  std::unique_ptr<Request> Send(int peer, Tag, std::span<const std::byte>) override {
+    CheckPeer(peer);
+    return std::make_unique<LazyRequest>([] {});
+  }
+  std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
+    CheckPeer(peer);
+    return std::make_unique<LazyRequest>([this, peer, tag, data] {
+      if (stream_.size() - pos_ < data.size()) {
+        throw TransportError(Where{0}, "fuzz peer ", peer, " hung up under tag ", tag);
+      }
+      std::copy_n(stream_.begin() + static_cast<std::ptrdiff_t>(pos_), data.size(), data.begin());
+      pos_ += data.size();
+    });
+  }
+
+ private:
+  std::span<const std::byte> stream_;
+  size_t pos_ = 0;
+};
+
+// Wraps a real communicator and appends, in wait order, every byte received
+// (what StreamComm replays): the seed writer records real runs with it.
+class RecordingComm final : public Communicator {
+ public:
+  RecordingComm(std::unique_ptr<Communicator> inner, std::vector<uint8_t>& log)
+      : Communicator(inner->rank(), inner->size(), inner->timeout()),
+        inner_(std::move(inner)),
+        log_(log) {}
+
+  std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
+    return inner_->Send(peer, tag, data);
+  }
+  std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
+    std::shared_ptr<Request> r = inner_->Recv(peer, tag, data);
+    return std::make_unique<LazyRequest>([this, r, data] {
+      r->Wait();
+      const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+      log_.insert(log_.end(), p, p + data.size());
+    });
+  }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+  std::vector<uint8_t>& log_;
+};
+
+// ---- rows_fuzz: DecodeRows against the domains of a small owner ----
+
+// Parameter bytes: rows (u16, +1), servers (1..8), server, width (1..8),
+// seed, owner kind (even: hash, odd: range).
+struct RowsCase {
+  int64_t rows = 1;
+  int servers = 1;
+  int server = 0;
+  int64_t width = 1;
+  uint8_t seed = 0;
+  bool hash = true;
+
+  static RowsCase Read(Input& in) {
+    RowsCase c;
+    c.rows = 1 + in.U16();
+    c.servers = 1 + in.Byte() % 8;
+    c.server = in.Byte() % c.servers;
+    c.width = 1 + in.Byte() % 8;
+    c.seed = in.Byte();
+    c.hash = in.Byte() % 2 == 0;
+    return c;
+  }
+  std::vector<uint8_t> Header() const {
+    const auto r = static_cast<uint16_t>(rows - 1);
+    return {static_cast<uint8_t>(r & 0xff), static_cast<uint8_t>(r >> 8),
+            static_cast<uint8_t>(servers - 1), static_cast<uint8_t>(server),
+            static_cast<uint8_t>(width - 1), seed, static_cast<uint8_t>(hash ? 0 : 1)};
+  }
+};
+
+// ---- coo_fuzz: DecodeCoo ----
+
+// Parameter bytes: rows (u16, +1), width (1..16), sender.
+struct CooCase {
+  int64_t rows = 1;
+  int64_t width = 1;
+  int sender = 0;
+
+  static CooCase Read(Input& in) {
+    CooCase c;
+    c.rows = 1 + in.U16();
+    c.width = 1 + in.Byte() % 16;
+    c.sender = in.Byte();
+    return c;
+  }
+  std::vector<uint8_t> Header() const {
+    const auto r = static_cast<uint16_t>(rows - 1);
+    return {static_cast<uint8_t>(r & 0xff), static_cast<uint8_t>(r >> 8),
+            static_cast<uint8_t>(width - 1), static_cast<uint8_t>(sender)};
+  }
+};
+
+}  // namespace zen::fuzz

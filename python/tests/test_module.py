@@ -1,0 +1,113 @@
+"""zen._zen in one process: ranks are threads connected through an in-memory
+torch HashStore (exercising the Python-store rendezvous adapter), so the
+bindings, the GIL release and the error mapping are tested without spawning."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch.distributed as dist
+
+import zen
+
+
+def on_threads(world, fn, prefix):
+    """Runs fn(comm) on `world` threads; returns the results or exceptions."""
+    store = dist.HashStore()
+    out = [None] * world
+
+    def body(r):
+        try:
+            comm = zen.connect(store, r, world, prefix=prefix, timeout=20)
+            out[r] = fn(comm)
+        except Exception as e:  # returned to the test
+            out[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return out
+
+
+def test_registry_and_default():
+    ids = [s for s, _ in zen.schemes()]
+    assert {"dense", "agsparse"} <= set(ids)
+    assert zen.default_scheme() in ids
+    with pytest.raises(ValueError, match="unknown scheme 'nope'"):
+        zen.create_scheme("nope")
+
+
+def test_exception_classes():
+    for cls in (zen.MismatchError, zen.FormatError, zen.TransportError):
+        assert issubclass(cls, zen.Error) and issubclass(cls, RuntimeError)
+    assert not issubclass(ValueError, zen.Error)
+
+
+@pytest.mark.parametrize("scheme", [s for s, _ in zen.schemes()])
+def test_sparse_and_dense_sums(scheme):
+    world, rows, width = 3, 40, 3
+    rng = [np.random.default_rng(r) for r in range(world)]
+    ids = [rng[r].integers(0, rows, size=6) for r in range(world)]  # duplicates likely
+    vals = [rng[r].standard_normal((6, width)).astype(np.float32) for r in range(world)]
+    dense = [np.zeros((rows, width), np.float32) for _ in range(world)]
+    for r in range(world):
+        np.add.at(dense[r], ids[r], vals[r])
+    reference = sum(d.astype(np.float64) for d in dense)
+
+    def fn(comm):
+        s = zen.create_scheme(scheme)
+        out_ids, out_vals = s.sync(comm, rows, width, ids[comm.rank], vals[comm.rank], "t")
+        buf = dense[comm.rank].copy()
+        s.sync_dense(comm, buf, rows, width, "d")
+        return out_ids, out_vals, buf
+
+    for got in on_threads(world, fn, f"sums-{scheme}"):
+        assert not isinstance(got, Exception), repr(got)
+        out_ids, out_vals, buf = got
+        want_ids = np.unique(np.concatenate(ids))
+        np.testing.assert_array_equal(out_ids, want_ids)
+        np.testing.assert_allclose(out_vals, reference[want_ids], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(buf, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_mismatch_on_every_rank():
+    def fn(comm):
+        s = zen.create_scheme("agsparse")
+        buf = np.zeros((5 + comm.rank, 2), np.float32)
+        s.sync_dense(comm, buf, 5 + comm.rank, 2, "emb")
+
+    errors = on_threads(2, fn, "mismatch")
+    for r, e in enumerate(errors):
+        assert isinstance(e, zen.MismatchError), repr(e)
+        assert f"rank {r}, tensor 'emb'" in str(e) and "rows" in str(e)
+
+
+def test_bad_input_raises_on_every_rank():
+    def fn(comm):
+        s = zen.create_scheme("agsparse")
+        bad = [50] if comm.rank == 0 else [1]  # id outside [0, 10) on rank 0
+        s.sync(comm, 10, 1, np.array(bad), np.ones((1, 1), np.float32), "ids")
+
+    errors = on_threads(2, fn, "badid")
+    assert isinstance(errors[0], ValueError) and "50" in str(errors[0]), repr(errors[0])
+    assert isinstance(errors[1], ValueError) and "rank 0 rejected" in str(errors[1])
+
+
+def test_dense_buffer_checks():
+    def fn(comm):
+        s = zen.create_scheme("agsparse")
+        buf = np.zeros((4, 2), np.float64 if comm.rank else np.float32)
+        s.sync_dense(comm, buf, 4, 2, "buf")
+
+    errors = on_threads(2, fn, "dtype")
+    assert all(isinstance(e, ValueError) for e in errors), errors
+    assert "float32" in str(errors[1])
+
+
+def test_rendezvous_timeout_is_transport_error():
+    store = dist.HashStore()
+    with pytest.raises(zen.TransportError, match="address of rank 1"):
+        zen.connect(store, 0, 2, prefix="alone", timeout=0.5)

@@ -1,0 +1,278 @@
+"""One rank of the multi-process zen.torch tests (started by conftest.run_ranks).
+
+    zen_worker.py --rank R --world N --init file:///tmp/x --out DIR SCENARIO [SCENARIO ...]
+
+Each scenario runs in turn and writes DIR/<scenario>.<rank>.json: {"ok": true,
+...} or {"ok": false, "error": traceback}. Every check compares zen against an
+independent reference: plain DDP (Gloo) for training, torch.distributed's
+all_reduce of the densified tensors for allreduce_ and the hook.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import zen
+import zen.torch
+
+RTOL = 1e-5
+ATOL = 1e-7
+
+
+def assert_close(actual, expected, what):
+    actual, expected = actual.detach(), expected.detach()
+    if actual.is_sparse:
+        actual = actual.to_dense()
+    if expected.is_sparse:
+        expected = expected.to_dense()
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL, msg=lambda m: f"{what}: {m}")
+
+
+def dense_sum(tensor):
+    """Reference: the dense global sum through torch.distributed (Gloo)."""
+    out = (tensor.to_dense() if tensor.is_sparse else tensor).clone().contiguous()
+    dist.all_reduce(out)
+    return out
+
+
+# --- DDP equivalence -------------------------------------------------------
+
+VOCAB, DIM, CLASSES, STEPS = 300, 16, 40, 4
+
+
+class Net(nn.Module):
+    def __init__(self, sparse):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM, sparse=sparse)
+        self.norm = nn.LayerNorm(DIM)  # 1-D parameters
+        self.proj = nn.Linear(DIM, CLASSES)  # a gradient without zero rows
+
+    def forward(self, x):
+        return self.proj(self.norm(self.emb(x)).mean(1))
+
+
+def train(sparse, rank, scheme):
+    torch.manual_seed(0)
+    model = Net(sparse)
+    # Small buckets so that several dense buckets, each of several views, occur.
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+    state = zen.torch.register(ddp, scheme=scheme) if scheme else None
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for step in range(STEPS):
+        gen = torch.Generator().manual_seed(1000 * step + rank)
+        # Few distinct tokens per rank: most embedding rows get no gradient.
+        x = torch.randint(0, VOCAB, (8, 6), generator=gen)
+        y = torch.randint(0, CLASSES, (8,), generator=gen)
+        opt.zero_grad()
+        loss = F.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model, state, losses
+
+
+def scenario_ddp(rank, world):
+    results = {}
+    for sparse in (False, True):
+        reference, _, ref_losses = train(sparse, rank, None)
+        for scheme in ("auto", "zen", "agsparse"):
+            model, state, losses = train(sparse, rank, scheme)
+            for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+                assert_close(p, q, f"sparse={sparse} scheme={scheme} parameter {name}")
+                if sparse and name == "emb.weight":
+                    assert p.grad.is_sparse and p.grad.is_coalesced()
+            assert state.comm.bytes_sent > 0
+            results[f"sparse={sparse},{scheme}"] = {"losses": losses, "ref": ref_losses,
+                                                    "bytes_sent": state.comm.bytes_sent}
+    return results
+
+
+# --- the hook on hand-made buckets ----------------------------------------
+
+class FakeBucket:
+    """What comm_hook uses of torch's GradBucket, over a given flat buffer."""
+
+    def __init__(self, index, buffer, shapes):
+        self._index, self._buffer = index, buffer
+        self._grads, offset = [], 0
+        for shape in shapes:
+            n = torch.Size(shape).numel()
+            self._grads.append(buffer[offset:offset + n].view(shape))
+            offset += n
+        self._params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        return self._buffer
+
+    def gradients(self):
+        return self._grads
+
+    def parameters(self):
+        return self._params
+
+
+def run_hook(state, bucket):
+    expected = dense_sum(bucket.buffer()) / dist.get_world_size()
+    result = zen.torch.comm_hook(state, bucket).wait()
+    assert_close(result, expected, f"bucket {bucket.index()}")
+    return result
+
+
+def scenario_hook(rank, world):
+    state = zen.torch.ZenState()
+    shapes = [(50, 4), (4,), (3, 2, 2), ()]
+    n = sum(torch.Size(s).numel() for s in shapes)
+    gen = torch.Generator().manual_seed(rank)
+    # All zero on every rank.
+    zero = run_hook(state, FakeBucket(0, torch.zeros(n), shapes))
+    assert not zero.any()
+    # No zero rows, no zero elements.
+    run_hook(state, FakeBucket(1, torch.rand(n, generator=gen) + 0.5, shapes))
+    # Row-sparse with different rows per rank; zero on some ranks only.
+    buf = torch.zeros(n)
+    grads = FakeBucket(2, buf, shapes).gradients()
+    grads[0][rank::7] = torch.randn(grads[0][rank::7].shape, generator=gen)
+    if rank == 0:
+        grads[1][:] = 1.0
+    run_hook(state, FakeBucket(2, buf, shapes))
+    # A sparse COO bucket (what nn.Embedding(sparse=True) gives), uncoalesced.
+    ids = torch.tensor([[rank, 9, rank, 20 + rank]])
+    sparse = torch.sparse_coo_tensor(ids, torch.randn(4, 3, generator=gen), (30, 3))
+
+    class SparseBucket(FakeBucket):
+        def buffer(self):
+            return sparse
+
+        def gradients(self):
+            return []
+
+    out = zen.torch.comm_hook(state, SparseBucket(3, torch.zeros(90), [(30, 3)])).wait()
+    assert out.is_sparse and out.is_coalesced()
+    assert_close(out, dense_sum(sparse) / world, "sparse bucket")
+    want_rows = sorted({9} | {r for r in range(world)} | {20 + r for r in range(world)})
+    assert out.indices()[0].tolist() == want_rows, out.indices()
+    return {"scheme": state.scheme_id}
+
+
+# --- allreduce_ ------------------------------------------------------------
+
+def scenario_allreduce(rank, world):
+    gen = torch.Generator().manual_seed(10 + rank)
+    state = zen.torch.ZenState(scheme="zen")
+    # Dense 2-D with zero rows, 1-D, 3-D, and a non-contiguous view.
+    for shape in [(40, 8), (17,), (5, 3, 4)]:
+        t = torch.randn(shape, generator=gen)
+        if len(shape) > 1:
+            t[rank::2] = 0
+        expected = dense_sum(t)
+        assert zen.torch.allreduce_(t, state=state, name=f"dense{len(shape)}") is t
+        assert_close(t, expected, f"dense {shape}")
+    base = torch.randn(6, 10, generator=gen)
+    view = base[:, ::2]
+    expected = dense_sum(view)
+    zen.torch.allreduce_(view, state=state, name="strided")
+    assert_close(base[:, ::2], expected, "non-contiguous view")
+    avg = torch.randn(9, 3, generator=gen)
+    expected = dense_sum(avg) / world
+    zen.torch.allreduce_(avg, average=True, state=state, name="avg")
+    assert_close(avg, expected, "dense average")
+    # Sparse: uncoalesced with duplicates; rank 1 contributes nothing.
+    if rank == 1:
+        sp = torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.int64), torch.zeros(0, 4),
+                                     (100, 4))
+    else:
+        ids = torch.tensor([[7, 3, 7, 50 + rank]])
+        sp = torch.sparse_coo_tensor(ids, torch.randn(4, 4, generator=gen), (100, 4))
+    expected = dense_sum(sp)
+    out = zen.torch.allreduce_(sp, state=state, name="sparse")
+    assert out is sp and sp.is_coalesced()
+    assert_close(sp, expected, "sparse sum")
+    rows = sorted({3, 7} | {50 + r for r in range(world) if r != 1})
+    assert sp.indices()[0].tolist() == rows, sp.indices()
+    # Two sparse dimensions (element-sparse matrix), averaged, default state.
+    ids = torch.tensor([[0, 2, rank], [1, 1, 3]])
+    sp2 = torch.sparse_coo_tensor(ids, torch.randn(3, generator=gen), (4, 5))
+    expected = dense_sum(sp2) / world
+    zen.torch.allreduce_(sp2, average=True)
+    assert_close(sp2, expected, "sparse 2-D average")
+    return {"bytes_sent": state.comm.bytes_sent}
+
+
+# --- errors ----------------------------------------------------------------
+
+def expect(exc_type, fn, must_contain=""):
+    try:
+        fn()
+    except exc_type as e:
+        assert must_contain in str(e), f"{exc_type.__name__} without '{must_contain}': {e}"
+        return str(e)
+    raise AssertionError(f"expected {exc_type.__name__}")
+
+
+def scenario_mismatch(rank, world):
+    state = zen.torch.ZenState()
+    messages = {}
+    # Different shapes: dense and sparse.
+    t = torch.ones(10 + rank, 4)
+    messages["dense"] = expect(zen.MismatchError, lambda: zen.torch.allreduce_(t, state=state),
+                               "disagree")
+    sp = torch.sparse_coo_tensor(torch.tensor([[1]]), torch.ones(1, 2 + rank), (8, 2 + rank))
+    messages["sparse"] = expect(zen.MismatchError, lambda: zen.torch.allreduce_(sp, state=state),
+                                "width")
+    assert issubclass(zen.MismatchError, RuntimeError)
+    # One rank with a bad dtype, another with an out-of-range id: every rank raises.
+    bad = torch.ones(6, 2, dtype=torch.float64 if rank == world - 1 else torch.float32)
+    messages["dtype"] = expect(ValueError, lambda: zen.torch.allreduce_(bad, state=state))
+    ids = torch.tensor([[3 if rank else 99]])
+    oob = torch.sparse_coo_tensor(ids, torch.ones(1, 2), (100, 2))
+    oob._indices()[0, 0] = 100 if rank == 0 else 3  # corrupt on rank 0 only
+    messages["range"] = expect(ValueError, lambda: zen.torch.allreduce_(oob, state=state))
+    # The communicator is still usable afterwards.
+    good = torch.full((4, 3), float(rank + 1))
+    zen.torch.allreduce_(good, state=state)
+    assert_close(good, torch.full((4, 3), world * (world + 1) / 2), "after errors")
+    return messages
+
+
+SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
+             "mismatch": scenario_mismatch}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--init", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("scenarios", nargs="+", choices=sorted(SCENARIOS))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=args.init, rank=args.rank,
+                            world_size=args.world, timeout=datetime.timedelta(seconds=60))
+    failed = False
+    for name in args.scenarios:
+        try:
+            result = {"ok": True, "result": SCENARIOS[name](args.rank, args.world)}
+        except Exception:  # recorded for the test to report
+            result = {"ok": False, "error": traceback.format_exc()}
+            failed = True
+        with open(os.path.join(args.out, f"{name}.{args.rank}.json"), "w") as f:
+            json.dump(result, f)
+    dist.destroy_process_group()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

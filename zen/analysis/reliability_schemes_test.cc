@@ -1,0 +1,419 @@
+// Reliability of every registered scheme (auto included) over real Gloo TCP
+// with one thread per rank: bad input on one rank, ranks that disagree on
+// rows / width / dtype / scheme / call order, and NaN / Inf values.
+//
+// Each error must be raised on every rank (the odd one out included), name
+// the rank, the tensor and the wrong value, and leave the communicator
+// usable: every test ends with an agreeing call checked against the
+// independent dense reference. NaN and Inf are data, not errors: they must
+// come out exactly where a dense sum puts them, with no row dropped or
+// invented on their account.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+
+#include "zen/analysis/auto_scheme.h"
+#include "zen/comm/collectives.h"
+#include "zen/comm/testing.h"
+#include "zen/core/error.h"
+#include "zen/core/reduce.h"
+#include "zen/workload/synthetic.h"
+
+namespace zen {
+namespace {
+
+using testing::Backend;
+
+constexpr int kWorld = 3;
+constexpr int64_t kRows = 2000;
+constexpr int64_t kWidth = 4;
+constexpr auto kTimeout = std::chrono::seconds(20);
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// What one rank saw in one sub-case.
+struct Outcome {
+  std::string kind;  // "", "InvalidArgument", "MismatchError", "FormatError", "TransportError"
+  std::string what;
+};
+
+template <typename F>
+Outcome Capture(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return {"InvalidArgument", e.what()};
+  } catch (const MismatchError& e) {
+    return {"MismatchError", e.what()};
+  } catch (const FormatError& e) {
+    return {"FormatError", e.what()};
+  } catch (const TransportError& e) {
+    return {"TransportError", e.what()};
+  }
+  return {};
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::vector<SparseTensor> Inputs(int64_t rows, int64_t width, uint64_t seed) {
+  SyntheticSpec spec;
+  spec.rows = rows;
+  spec.width = width;
+  spec.density = 0.05;
+  spec.skew = 1.1;
+  spec.seed = seed;
+  std::vector<SparseTensor> in = GenerateSynthetic(spec, kWorld);
+  for (auto& t : in) t.set_name("emb");
+  return in;
+}
+
+class ReliabilitySchemesTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<Scheme> Make() const { return AllSchemes().Create(GetParam()); }
+
+  // One agreeing call after the failures: the sum must equal the reference
+  // on every rank (the communicator and the scheme are still usable).
+  void ExpectGoodCall(Communicator& comm, Scheme& scheme) {
+    const std::vector<SparseTensor> in = Inputs(kRows, kWidth, 99);
+    const SparseTensor sum = scheme.Sync(comm, in[static_cast<size_t>(comm.rank())]);
+    const Agreement a = DenseReference(in).Compare(sum);
+    std::lock_guard lock(mu_);
+    EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank();
+    EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
+  }
+
+  void Record(size_t c, int rank, Outcome o) {
+    std::lock_guard lock(mu_);
+    if (outcomes_.size() <= c) outcomes_.resize(c + 1, std::vector<Outcome>(kWorld));
+    outcomes_[c][static_cast<size_t>(rank)] = std::move(o);
+  }
+
+  // Every rank raised `kind`; the bad rank's message has all of `bad_parts`.
+  void ExpectEverywhere(size_t c, const std::string& kind, int bad_rank,
+                        const std::vector<std::string>& bad_parts, const std::string& label) {
+    ASSERT_LT(c, outcomes_.size()) << label;
+    for (int r = 0; r < kWorld; ++r) {
+      const Outcome& o = outcomes_[c][static_cast<size_t>(r)];
+      EXPECT_EQ(o.kind, kind) << label << ", rank " << r << ": " << o.what;
+      EXPECT_TRUE(Has(o.what, "rank " + std::to_string(r))) << label << ": " << o.what;
+      EXPECT_TRUE(Has(o.what, "'emb'")) << label << ": " << o.what;
+      EXPECT_TRUE(Has(o.what, "rank " + std::to_string(bad_rank))) << label << ": " << o.what;
+      if (r == bad_rank) {
+        for (const std::string& p : bad_parts) EXPECT_TRUE(Has(o.what, p)) << label << ": " << o.what;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<std::vector<Outcome>> outcomes_;  // [sub-case][rank]
+};
+
+// The documented pattern for input that cannot even be built: the rank
+// that fails reports the error through the metadata exchange of the call
+// its peers are making (what zen.torch does), so nobody waits for it.
+void SyncOrReport(Communicator& comm, Scheme& scheme, int64_t rows, int64_t width,
+                  std::vector<int64_t> ids, std::vector<float> values, Duplicates duplicates) {
+  SparseTensor local;
+  std::string error;
+  try {
+    local = SparseTensor::FromCoo(rows, width, std::move(ids), std::move(values), duplicates, "emb");
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+  }
+  if (!error.empty()) {
+    CheckRanksAgree(comm, scheme.name(), rows, width, "emb", error);
+    return;  // not reached: CheckRanksAgree throws with a local error
+  }
+  scheme.Sync(comm, local);
+}
+
+TEST_P(ReliabilitySchemesTest, BadInputOnOneRankFailsEveryRankThenWorks) {
+  struct BadCase {
+    std::string label;
+    std::vector<int64_t> ids;
+    size_t values;  // floats given
+    Duplicates duplicates;
+    std::vector<std::string> parts;  // in the bad rank's message
+  };
+  const std::vector<BadCase> cases = {
+      {"id outside", {3, 9000}, 2 * kWidth, Duplicates::kReject, {"id 9000", "position 1", "2000"}},
+      {"negative id", {-1}, kWidth, Duplicates::kSum, {"id -1", "position 0"}},
+      {"duplicate (strict)", {5, 7, 5}, 3 * kWidth, Duplicates::kReject, {"duplicate id 5"}},
+      {"values length", {1, 2}, 2 * kWidth - 1, Duplicates::kSum, {"values has 7 floats", "8"}},
+  };
+  const int bad = 1;
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        auto scheme = Make();
+        const std::vector<SparseTensor> good = Inputs(kRows, kWidth, 5);
+        const SparseTensor& mine = good[static_cast<size_t>(comm.rank())];
+        for (size_t c = 0; c < cases.size(); ++c) {
+          Record(c, comm.rank(), Capture([&] {
+                   if (comm.rank() == bad) {
+                     SyncOrReport(comm, *scheme, kRows, kWidth, cases[c].ids,
+                                  std::vector<float>(cases[c].values, 1.0f), cases[c].duplicates);
+                   } else {
+                     scheme->Sync(comm, mine);
+                   }
+                 }));
+        }
+        // A placeholder (0 x 0) tensor on one rank: caught by Sync itself.
+        Record(cases.size(), comm.rank(), Capture([&] {
+                 scheme->Sync(comm, comm.rank() == bad ? SparseTensor() : mine);
+               }));
+        ExpectGoodCall(comm, *scheme);
+      },
+      kTimeout);
+  for (size_t c = 0; c < cases.size(); ++c) {
+    ExpectEverywhere(c, "InvalidArgument", bad, cases[c].parts, cases[c].label);
+  }
+  // The placeholder has no name: the others name the tensor, rank 1 says why.
+  for (int r = 0; r < kWorld; ++r) {
+    const Outcome& o = outcomes_[cases.size()][static_cast<size_t>(r)];
+    EXPECT_EQ(o.kind, "InvalidArgument") << o.what;
+    EXPECT_TRUE(Has(o.what, r == bad ? "shape [0, 0]" : "rank 1 rejected")) << o.what;
+  }
+}
+
+TEST_P(ReliabilitySchemesTest, BadDenseBuffersFailEveryRankThenWork) {
+  const int bad = 2;
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        auto scheme = Make();
+        std::vector<float> buffer(static_cast<size_t>(kRows * kWidth), 0.5f);
+        const bool me = comm.rank() == bad;
+        // Length mismatch on one rank.
+        Record(0, comm.rank(), Capture([&] {
+                 std::span<float> b(buffer);
+                 scheme->SyncDense(comm, me ? b.first(b.size() - 3) : b, kRows, kWidth, "emb");
+               }));
+        // Width 0 and rows 0 on one rank (the others are fine).
+        Record(1, comm.rank(), Capture([&] {
+                 scheme->SyncDense(comm, me ? std::span<float>() : std::span<float>(buffer), kRows,
+                                   me ? 0 : kWidth, "emb");
+               }));
+        Record(2, comm.rank(), Capture([&] {
+                 scheme->SyncDense(comm, me ? std::span<float>() : std::span<float>(buffer),
+                                   me ? 0 : kRows, kWidth, "emb");
+               }));
+        // Width 0 everywhere: every rank rejects its own input.
+        Record(3, comm.rank(), Capture([&] { scheme->SyncDense(comm, {}, kRows, 0, "emb"); }));
+        ExpectGoodCall(comm, *scheme);
+      },
+      kTimeout);
+  ExpectEverywhere(0, "InvalidArgument", bad, {"7997 floats", "2000", "4"}, "short buffer");
+  ExpectEverywhere(1, "InvalidArgument", bad, {"shape [2000, 0]"}, "width 0");
+  ExpectEverywhere(2, "InvalidArgument", bad, {"shape [0, 4]"}, "rows 0");
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(Has(outcomes_[3][static_cast<size_t>(r)].what, "shape [2000, 0]"))
+        << outcomes_[3][static_cast<size_t>(r)].what;
+  }
+}
+
+// A test-only copy of the metadata message of scheme.cc (56 bytes), to make
+// a rank claim what the API cannot produce (another dtype, a corrupt magic).
+struct WireMeta {
+  uint64_t magic = 0x7A656E6D65746131ULL;
+  int64_t rows = 0;
+  int64_t width = 0;
+  uint64_t dtype = 1;
+  uint64_t scheme = 0;
+  uint64_t call = 0;
+  uint64_t bad_input = 0;
+};
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  return h;
+}
+
+// Takes part in a metadata exchange with a hand-made message.
+void SendRawMeta(Communicator& comm, const WireMeta& meta) {
+  const int n = comm.size();
+  std::vector<WireMeta> got(static_cast<size_t>(n));
+  std::vector<std::unique_ptr<Request>> pending;
+  for (int s = 1; s < n; ++s) {
+    const int from = (comm.rank() - s + n) % n;
+    pending.push_back(comm.Recv(from, kControlTag,
+                                std::as_writable_bytes(std::span(&got[static_cast<size_t>(from)], 1))));
+  }
+  for (int s = 1; s < n; ++s) {
+    pending.push_back(comm.Send((comm.rank() + s) % n, kControlTag, std::as_bytes(std::span(&meta, 1))));
+  }
+  for (auto& p : pending) p->Wait();
+}
+
+TEST_P(ReliabilitySchemesTest, RanksThatDisagreeFailEveryRankBeforeDataMoves) {
+  const int odd = 2;
+  const std::string other = GetParam() == "agsparse" ? "dense" : "agsparse";
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        auto scheme = Make();
+        auto different = AllSchemes().Create(other);
+        const bool me = comm.rank() == odd;
+        const std::vector<SparseTensor> in = Inputs(kRows, kWidth, 3);
+        const std::vector<SparseTensor> taller = Inputs(kRows + 1, kWidth, 3);
+        const std::vector<SparseTensor> wider = Inputs(kRows, kWidth + 1, 3);
+        const size_t r = static_cast<size_t>(comm.rank());
+        const uint64_t sent_before = comm.counters().total_sent();
+        Record(0, comm.rank(), Capture([&] { scheme->Sync(comm, me ? taller[r] : in[r]); }));
+        Record(1, comm.rank(), Capture([&] { scheme->Sync(comm, me ? wider[r] : in[r]); }));
+        Record(2, comm.rank(), Capture([&] { (me ? *different : *scheme).Sync(comm, in[r]); }));
+        Record(3, comm.rank(), Capture([&] {
+                 if (me) {
+                   WireMeta m;
+                   m.rows = kRows;
+                   m.width = kWidth;
+                   m.dtype = 2;  // e.g. bfloat16
+                   m.scheme = Fnv1a(scheme->name());
+                   m.call = comm.NextTag();
+                   SendRawMeta(comm, m);
+                   throw MismatchError(Where{comm.rank(), "emb"}, "rank 2 claimed dtype 2");
+                 }
+                 scheme->Sync(comm, in[r]);
+               }));
+        Record(4, comm.rank(), Capture([&] {
+                 if (me) {
+                   WireMeta m;
+                   m.magic = 0xdeadbeef;
+                   m.call = comm.NextTag();
+                   SendRawMeta(comm, m);
+                   throw FormatError(Where{comm.rank(), "emb"}, "rank 2 sent garbage");
+                 }
+                 scheme->Sync(comm, in[r]);
+               }));
+        // Only the metadata moved: 56 bytes to each peer per sub-case.
+        {
+          std::lock_guard lock(mu_);
+          EXPECT_EQ(comm.counters().total_sent() - sent_before, 5u * (kWorld - 1) * 56u)
+              << "rank " << comm.rank() << ": data moved although ranks disagreed";
+        }
+        ExpectGoodCall(comm, *scheme);
+      },
+      kTimeout);
+  ExpectEverywhere(0, "MismatchError", odd, {}, "rows");
+  ExpectEverywhere(1, "MismatchError", odd, {}, "width");
+  ExpectEverywhere(2, "MismatchError", odd, {}, "scheme");
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == odd) continue;
+    EXPECT_TRUE(Has(outcomes_[0][static_cast<size_t>(r)].what, "rows 2001 vs 2000"))
+        << outcomes_[0][static_cast<size_t>(r)].what;
+    EXPECT_TRUE(Has(outcomes_[1][static_cast<size_t>(r)].what, "width 5 vs 4"))
+        << outcomes_[1][static_cast<size_t>(r)].what;
+    EXPECT_TRUE(Has(outcomes_[2][static_cast<size_t>(r)].what, "a different scheme"))
+        << outcomes_[2][static_cast<size_t>(r)].what;
+    EXPECT_EQ(outcomes_[3][static_cast<size_t>(r)].kind, "MismatchError");
+    EXPECT_TRUE(Has(outcomes_[3][static_cast<size_t>(r)].what, "a different dtype"))
+        << outcomes_[3][static_cast<size_t>(r)].what;
+    EXPECT_EQ(outcomes_[4][static_cast<size_t>(r)].kind, "MismatchError");
+    EXPECT_TRUE(Has(outcomes_[4][static_cast<size_t>(r)].what, "corrupt metadata"))
+        << outcomes_[4][static_cast<size_t>(r)].what;
+  }
+  // The odd rank sees the others' values too, e.g. "rows 2000 vs 2001".
+  EXPECT_TRUE(Has(outcomes_[0][odd].what, "rows 2000 vs 2001")) << outcomes_[0][odd].what;
+}
+
+// A rank that made one collective call more than the others: its call number
+// is ahead, every rank raises MismatchError, and (since the numbers stay
+// apart) so does every later call, promptly: no hang, no mixed-up data.
+TEST_P(ReliabilitySchemesTest, CallOrderDriftFailsEveryRankOnEveryCall) {
+  const int odd = 0;
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        auto scheme = Make();
+        const std::vector<SparseTensor> in = Inputs(kRows, kWidth, 4);
+        if (comm.rank() == odd) comm.NextTag();  // a collective the others skipped
+        for (size_t c = 0; c < 2; ++c) {
+          Record(c, comm.rank(),
+                 Capture([&] { scheme->Sync(comm, in[static_cast<size_t>(comm.rank())]); }));
+        }
+      },
+      kTimeout);
+  for (size_t c = 0; c < 2; ++c) {
+    ExpectEverywhere(c, "MismatchError", odd, {"call number"}, "call order");
+  }
+}
+
+// NaN and Inf are summed like a dense sum would: x + NaN = NaN,
+// Inf + (-Inf) = NaN, Inf + x = Inf; a row of NaNs is present, not zero.
+std::vector<SparseTensor> PoisonedInputs(int64_t width) {
+  std::vector<SparseTensor> clean = Inputs(kRows, width, 11);
+  const size_t w = static_cast<size_t>(width);
+  // (rank, row, first value, fill for the rest of the row)
+  struct Poison {
+    int rank;
+    int64_t row;
+    float first, rest;
+  };
+  const std::vector<Poison> poison = {
+      {0, 17, kNaN, 1.0f},  {1, 17, 2.0f, 2.0f},    // NaN + finite
+      {1, 1500, kInf, 0.0f}, {2, 1500, -kInf, 0.0f},  // Inf - Inf = NaN
+      {2, 1999, kNaN, kNaN},                         // a row of NaNs only on one rank
+      {0, 1234, kInf, -kInf},                        // infinities alone
+      {1, 0, 0.0f, kNaN},                            // NaN after a zero
+  };
+  std::vector<SparseTensor> out;
+  for (int r = 0; r < kWorld; ++r) {
+    const SparseTensor& t = clean[static_cast<size_t>(r)];
+    std::vector<int64_t> ids(t.ids().begin(), t.ids().end());
+    std::vector<float> values(t.values().begin(), t.values().end());
+    for (const Poison& p : poison) {
+      if (p.rank != r) continue;
+      ids.push_back(p.row);
+      values.push_back(p.first);
+      for (size_t j = 1; j < w; ++j) values.push_back(p.rest);
+    }
+    out.push_back(SparseTensor::FromCoo(kRows, width, std::move(ids), std::move(values),
+                                        Duplicates::kSum, "emb"));
+  }
+  return out;
+}
+
+TEST_P(ReliabilitySchemesTest, NaNAndInfPropagateLikeADenseSum) {
+  for (int64_t width : {int64_t{1}, int64_t{4}}) {
+    const std::vector<SparseTensor> in = PoisonedInputs(width);
+    const DenseReference reference(in);
+    testing::RunRanks(
+        Backend::kGlooTcp, kWorld,
+        [&](Communicator& comm) {
+          auto scheme = Make();
+          const SparseTensor& mine = in[static_cast<size_t>(comm.rank())];
+          for (int call = 0; call < 2; ++call) {  // auto decides on call 0, then reuses
+            const SparseTensor sum = scheme->Sync(comm, mine);
+            std::vector<float> buffer = mine.ToDense();
+            scheme->SyncDense(comm, buffer, kRows, width, "emb");
+            const Agreement a = reference.Compare(sum);
+            const Agreement d = reference.CompareDense(buffer);
+            const std::vector<float> dense = sum.ToDense();
+            std::lock_guard lock(mu_);
+            EXPECT_LE(a.max_rel_error, 1e-5) << "width " << width << " rank " << comm.rank();
+            EXPECT_EQ(a.rows_mismatch, 0) << "width " << width << " rank " << comm.rank();
+            EXPECT_LE(d.max_rel_error, 1e-5) << "dense, width " << width << " rank " << comm.rank();
+            EXPECT_EQ(d.rows_mismatch, 0) << "dense, width " << width << " rank " << comm.rank();
+            const size_t w = static_cast<size_t>(width);
+            EXPECT_TRUE(std::isnan(dense[17 * w])) << "rank " << comm.rank();
+            EXPECT_TRUE(std::isnan(dense[1500 * w])) << "rank " << comm.rank();
+            EXPECT_TRUE(std::isnan(dense[1999 * w]) && std::isnan(buffer[1999 * w]))
+                << "the all-NaN row was dropped on rank " << comm.rank();
+            EXPECT_EQ(dense[1234 * w], kInf) << "rank " << comm.rank();
+          }
+        },
+        kTimeout);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, ReliabilitySchemesTest, ::testing::ValuesIn(AllSchemes().ids()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace zen
