@@ -10,7 +10,7 @@ DistributedDataParallel, synchronizing gradients with zen or with plain Gloo.
 Model: nn.Embedding(vocab, 64, sparse=True) -> LSTM(128) -> Linear(128, vocab).
 The embedding gradient is row-sparse (only the rows of this batch's tokens);
 the output layer's is dense. Text: the plain text of GCIDE
-(/usr/share/dictd/gcide.dict.dz, package dict-gcide) through
+(/usr/share/dictd/gcide.dict.dz, package dict-gcide), markup removed by
 tools/capture/gcide_text.py when present, tokenized into the `--vocab` most
 frequent words (+ <unk>). Every rank builds the same vocabulary and takes
 every world-th window of the token stream.
@@ -24,6 +24,7 @@ print the same losses (to float32 rounding).
 import argparse
 import collections
 import gzip
+import itertools
 import os
 import re
 import sys
@@ -50,7 +51,7 @@ def parse_args():
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--lr", type=float, default=1.0)
-    p.add_argument("--max-paragraphs", type=int, default=60000,
+    p.add_argument("--max-paragraphs", type=int, default=30000,
                    help="GCIDE paragraphs read (0 = all; about 250k)")
     p.add_argument("--dense-embedding", action="store_true",
                    help="nn.Embedding(sparse=False): the embedding gradient is a dense bucket")
@@ -59,18 +60,28 @@ def parse_args():
 
 
 def paragraphs(limit):
-    """GCIDE plain text, one paragraph per item (tools/capture/gcide_text.py if present)."""
+    """GCIDE plain text, one paragraph per item, read as a stream (so a small
+    --max-paragraphs is quick); markup is removed by tools/capture/gcide_text.py
+    when present."""
     sys.path.insert(0, os.path.join(REPO, "tools", "capture"))
     try:
-        from gcide_text import gcide_paragraphs
-        source = gcide_paragraphs()
-    except ImportError:  # a minimal reader: dictzip is gzip
-        with gzip.open(GCIDE, "rt", encoding="utf-8", errors="replace") as f:
-            source = (b for b in re.split(r"\n\s*\n", f.read()) if len(b) >= 20)
-    for i, text in enumerate(source):
-        if limit and i >= limit:
-            break
-        yield text
+        from gcide_text import strip_markup
+    except ImportError:
+        def strip_markup(block):
+            return " ".join(block.split())
+    count, block = 0, []
+    with gzip.open(GCIDE, "rt", encoding="utf-8", errors="replace") as f:  # dictzip is gzip
+        for line in itertools.chain(f, [""]):
+            if line.strip():
+                block.append(line)
+                continue
+            text = strip_markup("".join(block))
+            block = []
+            if len(text) >= 20 and not text.startswith("00-database"):
+                yield text
+                count += 1
+                if limit and count >= limit:
+                    return
 
 
 def tokenize(limit, vocab_size):

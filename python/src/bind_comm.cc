@@ -28,8 +28,8 @@ GlooOptions Options(int rank, const std::string& prefix, const std::string& host
 }
 
 std::unique_ptr<Communicator> ConnectStore(py::object store, int rank, int size,
-                                           const std::string& prefix,
-                                           const std::string& hostname, double timeout_s) {
+                                           const std::string& prefix, const std::string& hostname,
+                                           double timeout_s) {
   const GlooOptions options = Options(rank, prefix, hostname, timeout_s);
   auto adapter = std::make_shared<PyStore>(std::move(store), rank);
   py::gil_scoped_release release;  // the store callbacks take it back
@@ -37,8 +37,8 @@ std::unique_ptr<Communicator> ConnectStore(py::object store, int rank, int size,
 }
 
 std::unique_ptr<Communicator> ConnectUrl(const std::string& url, int rank, int size,
-                                         const std::string& prefix,
-                                         const std::string& hostname, double timeout_s) {
+                                         const std::string& prefix, const std::string& hostname,
+                                         double timeout_s) {
   GlooOptions options = Options(rank, prefix, hostname, timeout_s);
   options.rendezvous = url;
   py::gil_scoped_release release;
@@ -53,9 +53,9 @@ void BindComm(py::module_& m) {
                            "one communicator from one thread at a time.")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
-      .def_property_readonly("timeout",
-                             [](const Communicator& c) { return c.timeout().count() / 1000.0; },
-                             "Per-request timeout in seconds.")
+      .def_property_readonly(
+          "timeout", [](const Communicator& c) { return c.timeout().count() / 1000.0; },
+          "Per-request timeout in seconds.")
       .def_property_readonly(
           "bytes_sent", [](const Communicator& c) { return c.counters().total_sent(); },
           "Payload bytes this rank has sent (framing excluded).")
@@ -70,14 +70,12 @@ void BindComm(py::module_& m) {
                std::to_string(c.size()) + ">";
       });
 
-  m.def("connect", &ConnectStore, py::arg("store"), py::arg("rank"), py::arg("size"),
-        py::kw_only(), py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1",
-        py::arg("timeout") = 30.0,
+  m.def("connect", &ConnectStore, py::arg("store"), py::arg("rank"), py::arg("size"), py::kw_only(),
+        py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1", py::arg("timeout") = 30.0,
         "Connects all ranks through a store with set/get/wait (e.g. torch.distributed's). "
         "Every rank calls it with the same size and prefix; keys are '<prefix>/rank_<r>'.");
-  m.def("connect_url", &ConnectUrl, py::arg("url"), py::arg("rank"), py::arg("size"),
-        py::kw_only(), py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1",
-        py::arg("timeout") = 30.0,
+  m.def("connect_url", &ConnectUrl, py::arg("url"), py::arg("rank"), py::arg("size"), py::kw_only(),
+        py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1", py::arg("timeout") = 30.0,
         "Connects all ranks through 'file:DIR' or 'redis://HOST:PORT'.");
 }
 

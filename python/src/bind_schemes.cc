@@ -4,6 +4,9 @@
 // zero rows. Both release the GIL while data moves. A rank whose input is bad
 // still takes part in the metadata exchange with its error flag set, so every
 // rank raises instead of the others waiting for it until the timeout.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -11,9 +14,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <pybind11/numpy.h>
-#include <pybind11/stl.h>
 
 #include "bindings.h"
 #include "zen/core/error.h"

@@ -58,14 +58,13 @@ void PyStore::wait(const std::vector<std::string>& keys) {
   }
 }
 
-void PyStore::wait(const std::vector<std::string>& keys,
-                   const std::chrono::milliseconds& timeout) {
+void PyStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   py::gil_scoped_acquire gil;
   try {
     store_.attr("wait")(keys, timeout);
   } catch (py::error_already_set& e) {
-    throw TransportError(Where{rank_}, "Python store wait(", KeyList(keys), ", ",
-                         timeout.count(), " ms) failed: ", e.what());
+    throw TransportError(Where{rank_}, "Python store wait(", KeyList(keys), ", ", timeout.count(),
+                         " ms) failed: ", e.what());
   }
 }
 

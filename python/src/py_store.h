@@ -15,12 +15,12 @@
 //   auto comm = zen::ConnectGloo(rank, size, store, options);
 #pragma once
 
+#include <gloo/rendezvous/store.h>
+#include <pybind11/pybind11.h>
+
 #include <chrono>
 #include <string>
 #include <vector>
-
-#include <gloo/rendezvous/store.h>
-#include <pybind11/pybind11.h>
 
 namespace zen::python {
 

@@ -118,14 +118,15 @@ std::vector<std::string> Matching(const std::string& listing, const std::string&
 }
 
 // The bucket holds 2 ms of traffic (at least 128 KiB so that 64 KiB GSO
-// packets pass whole); the queue holds 20 ms. Same as scripts/testbed.
+// packets pass whole); the queue holds 100 ms, so that the 7 flows of an
+// all-to-all fit without tail drops. Same as scripts/testbed.
 std::vector<std::string> ShapeArgs(const std::string& ns, const std::string& dev, double bits) {
   const auto burst = std::max<int64_t>(131072, static_cast<int64_t>(bits / 8 / 500));
   std::vector<std::string> argv = {"tc"};
   if (!ns.empty()) argv.insert(argv.end(), {"-n", ns});
   argv.insert(argv.end(), {"qdisc", "replace", "dev", dev, "root", "tbf", "rate",
                            std::to_string(static_cast<int64_t>(bits)) + "bit", "burst",
-                           std::to_string(burst), "latency", "20ms"});
+                           std::to_string(burst), "latency", "100ms"});
   return argv;
 }
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -105,6 +106,10 @@ class ReliabilitySchemesTest : public ::testing::TestWithParam<std::string> {
       EXPECT_TRUE(Has(o.what, "rank " + std::to_string(bad_rank))) << label << ": " << o.what;
       if (r == bad_rank) {
         for (const std::string& p : bad_parts) EXPECT_TRUE(Has(o.what, p)) << label << ": " << o.what;
+      }
+      // What users see (docs/reliability.md quotes these lines).
+      if (GetParam() == "zen" && (r == bad_rank || r == (bad_rank + 1) % kWorld)) {
+        std::printf("[%s] %s: %s\n", label.c_str(), o.kind.c_str(), o.what.c_str());
       }
     }
   }

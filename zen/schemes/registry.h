@@ -29,7 +29,10 @@ struct SchemeInfo {
 class SchemeRegistry {
  public:
   void Add(SchemeInfo info);  // InvalidArgument on a duplicate id
-  const std::vector<SchemeInfo>& schemes() const { return schemes_; }
+  const std::vector<SchemeInfo>& schemes() const& { return schemes_; }
+  // On a temporary registry (`for (auto& s : AllSchemes().schemes())`) the
+  // list is moved out, so the loop never reads a destroyed registry.
+  std::vector<SchemeInfo> schemes() && { return std::move(schemes_); }
   const SchemeInfo* Find(std::string_view id) const;
   std::unique_ptr<Scheme> Create(std::string_view id, const SchemeOptions& options = {}) const;
   std::vector<std::string> ids() const;

@@ -98,6 +98,9 @@ class HostilePeerTest : public ::testing::TestWithParam<std::string> {};
 // Every 8-byte answer after the metadata exchange (sizes, counts, headers)
 // announces `announced`; the scheme must reject it before allocating.
 void ExpectRejected(const std::string& scheme, int64_t announced) {
+  // The ring's chunk sizes are known locally (a wrong size is the
+  // transport's FormatError); it receives no announced size to lie about.
+  if (scheme == "dense") GTEST_SKIP() << "dense ring receives no announced sizes";
   const SparseTensor local = Input();
   int lies = 0;
   ScriptedComm comm([&](Tag tag, size_t size, std::deque<ByteBuffer>& sent) {
@@ -111,8 +114,8 @@ void ExpectRejected(const std::string& scheme, int64_t announced) {
   auto s = BuiltinSchemes().Create(scheme);
   try {
     s->Sync(comm, local);
-    // A scheme that never receives a size (dense) has nothing to reject.
-    EXPECT_EQ(lies, 0) << scheme << " accepted an announced size of " << announced;
+    ADD_FAILURE() << scheme << " accepted an announced size of " << announced << " (" << lies
+                  << " lies)";
   } catch (const FormatError& e) {
     EXPECT_GT(lies, 0);
     EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
