@@ -148,7 +148,11 @@ class RecordingComm final : public Communicator {
   RecordingComm(std::unique_ptr<Communicator> inner, std::vector<uint8_t>& log)
       : Communicator(inner->rank(), inner->size(), inner->timeout()),
         inner_(std::move(inner)),
-        log_(log) {}
+        log_(log) {
+    const Tag next = inner_->NextTag();  // continue the inner call numbering
+    while (next > 1 && NextTag() + 1 < next) {
+    }
+  }
 
   std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
     return inner_->Send(peer, tag, data);

@@ -35,7 +35,13 @@ class KillSwitch final : public zen::Communicator {
   KillSwitch(std::unique_ptr<zen::Communicator> inner, int kill_on_large_send)
       : Communicator(inner->rank(), inner->size(), inner->timeout()),
         inner_(std::move(inner)),
-        kill_on_(kill_on_large_send) {}
+        kill_on_(kill_on_large_send) {
+    // Continue the call numbering of the wrapped communicator (ConnectGloo's
+    // barrier has already taken tags), or every call would be a mismatch.
+    const zen::Tag next = inner_->NextTag();
+    while (next > 1 && NextTag() + 1 < next) {
+    }
+  }
 
   std::unique_ptr<zen::Request> Send(int peer, zen::Tag tag,
                                      std::span<const std::byte> data) override {

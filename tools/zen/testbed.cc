@@ -300,13 +300,15 @@ int UsableCores() {
 void AnnotateReport(json& report, const TestbedSpec* link, int cores) {
   const double bound_bytes = report["tensor"]["lower_bound_bytes_max"].get<double>();
   double bound_time = 0;
-  if (link && link->rate_bits_per_s > 0) {
-    bound_time = bound_bytes * 8 / link->rate_bits_per_s;
-    report["link"] = {{"hosts", link->hosts}, {"rate", link->rate},
-                      {"rate_bits_per_s", link->rate_bits_per_s}};
+  const double rate = link ? link->rate_bits_per_s : 0;
+  if (rate > 0) {
+    bound_time = bound_bytes * 8 / rate;
+    report["link"] = {{"hosts", link->hosts}, {"rate", link->rate}, {"rate_bits_per_s", rate}};
     report["lower_bound_time_s"] = bound_time;
   }
   report["cores"] = cores;
+  double load[1] = {0};
+  if (getloadavg(load, 1) == 1) report["load_average_1m"] = load[0];
   for (json& r : report["results"]) {
     if (r.contains("error")) continue;
     const double median = r["time_s_median"].get<double>();
@@ -319,11 +321,22 @@ void AnnotateReport(json& report, const TestbedSpec* link, int cores) {
       cpu_sum += c.get<double>();
       cpu_max = std::max(cpu_max, c.get<double>());
     }
-    if (median > 0) {
-      const double util = cpu_sum / (cores * median);
-      r["cpu_utilization"] = util;
-      r["cpu_max_rank_over_wall"] = cpu_max / median;
-      r["cpu_bound"] = util > 0.7 || cpu_max / median > 0.9;
+    if (median <= 0) continue;
+    // The least wall time this scheme's CPU work needs here: all ranks'
+    // CPU seconds spread over the cores, and never less than the busiest
+    // rank's own.
+    const double cpu_floor = std::max(cpu_sum / cores, cpu_max);
+    r["cpu_utilization"] = cpu_sum / (cores * median);
+    r["cpu_max_rank_over_wall"] = cpu_max / median;
+    r["cpu_floor_s"] = cpu_floor;
+    if (rate > 0 && r.contains("wire_bytes_recv_max")) {
+      // The least time the link needs for the bytes this scheme moved.
+      const double wire = std::max(r["wire_bytes_recv_max"].get<double>(),
+                                   r["wire_bytes_sent_max"].get<double>());
+      r["network_floor_s"] = wire * 8 / rate;
+      r["cpu_bound"] = cpu_floor > r["network_floor_s"].get<double>();
+    } else {
+      r["cpu_bound"] = cpu_floor > 0.7 * median;
     }
   }
 }
@@ -332,13 +345,27 @@ std::vector<std::string> CpuWarnings(const json& report) {
   std::vector<std::string> out;
   for (const json& r : report["results"]) {
     if (!r.value("cpu_bound", false)) continue;
-    char buf[320];
+    char buf[400];
+    const int n = std::snprintf(
+        buf, sizeof buf,
+        "warning: %s is CPU-bound here: its CPU work needs >= %.1f ms on %d cores "
+        "(median wall %.1f ms",
+        r["scheme"].get<std::string>().c_str(), 1e3 * r["cpu_floor_s"].get<double>(),
+        report["cores"].get<int>(), 1e3 * r["time_s_median"].get<double>());
+    std::string line(buf, static_cast<size_t>(std::max(0, n)));
+    if (r.contains("network_floor_s")) {
+      std::snprintf(buf, sizeof buf, ", its bytes need %.1f ms on the link",
+                    1e3 * r["network_floor_s"].get<double>());
+      line += buf;
+    }
+    out.push_back(line + ")");
+  }
+  if (report.value("load_average_1m", 0.0) > report["cores"].get<int>()) {
+    char buf[200];
     std::snprintf(buf, sizeof buf,
-                  "warning: %s may be CPU-bound: the ranks used %.0f%% of %d cores' time over "
-                  "the median wall time (busiest rank %.0f%% of one core)",
-                  r["scheme"].get<std::string>().c_str(),
-                  100 * r["cpu_utilization"].get<double>(), report["cores"].get<int>(),
-                  100 * r["cpu_max_rank_over_wall"].get<double>());
+                  "warning: load average %.1f on %d cores: other processes shared the CPU, "
+                  "timings are disturbed",
+                  report["load_average_1m"].get<double>(), report["cores"].get<int>());
     out.push_back(buf);
   }
   return out;

@@ -76,11 +76,14 @@ class Testbed {
 // Never throws; safe to call on a testbed that is half built or gone.
 void TestbedDown(const std::string& prefix);
 
-// Adds to a `zen bench` report: "link" (hosts, rate, bits/s) when rate_bits
-// > 0, "lower_bound_time_s" = lower_bound_bytes_max x 8 / rate, and per
-// result "recv_over_bound", "time_over_bound" and the CPU check
-// ("cpu_utilization" = sum of per-rank CPU seconds / (cores x median wall),
-// "cpu_bound" when above 0.7). cores: CPUs this process may use.
+// Adds to a `zen bench` report: "link" (hosts, rate, bits/s) when link is
+// given, "lower_bound_time_s" = lower_bound_bytes_max x 8 / rate, the load
+// average, and per result "recv_over_bound", "time_over_bound" and the CPU
+// check: "cpu_floor_s" = max(sum of per-rank CPU seconds / cores, busiest
+// rank's), "network_floor_s" = the scheme's wire bytes (max of sent and
+// received over ranks) over the rate, and "cpu_bound" when the CPU floor
+// exceeds the network floor (on loopback: 0.7 x the median time).
+// cores: CPUs this process may use.
 void AnnotateReport(nlohmann::json& report, const TestbedSpec* link, int cores);
 
 // The warnings AnnotateReport's CPU check implies, one line per scheme.

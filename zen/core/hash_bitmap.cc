@@ -170,13 +170,14 @@ RowEncoding EncodeRows(const HashDomains& domains, int server, int64_t width,
                             " (or the ids are not ascending)");
     }
     from = p + 1;
-    if (enc == RowEncoding::kHashBitmap)
+    if (enc == RowEncoding::kHashBitmap) {
       words[static_cast<size_t>(p >> 6)] |= uint64_t{1} << (p & 63);
+    }
   }
-  if (enc == RowEncoding::kCoo) {
-    std::memcpy(index, ids.data(), index_bytes);
-  } else {
-    std::memcpy(index, words.data(), index_bytes);
+  if (index_bytes > 0) {  // (memcpy from an empty vector's null data() is UB)
+    std::memcpy(index, enc == RowEncoding::kCoo ? static_cast<const void*>(ids.data())
+                                                : static_cast<const void*>(words.data()),
+                index_bytes);
   }
   if (!values.empty()) {
     std::memcpy(index + index_bytes, values.data(), values.size() * sizeof(float));

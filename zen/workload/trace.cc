@@ -314,6 +314,14 @@ void TraceReader::ParseHeader(std::string_view text, uint64_t data_begin, uint64
     tensors_.push_back(
         TraceTensorInfo{name, rows, width, std::vector<int64_t>(world_size_, int64_t{-1})});
   }
+  // Each (tensor, rank) needs arrays in the header: bounds what is allocated
+  // below by the header's size, whatever world_size claims.
+  const uint64_t arrays = header.size() - 1;
+  if (static_cast<uint64_t>(tensors_.size()) * static_cast<uint64_t>(world_size_) > arrays) {
+    p.Fail("", tensors_.size(), " tensors x world_size ", world_size_, " need ",
+           2 * tensors_.size() * static_cast<uint64_t>(world_size_), " arrays, the header has ",
+           arrays);
+  }
   slots_.assign(tensors_.size(), std::vector<Slot>(world_size_));
   std::vector<std::vector<uint8_t>> seen(tensors_.size(), std::vector<uint8_t>(world_size_, 0));
 

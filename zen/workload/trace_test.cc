@@ -460,6 +460,9 @@ const HeaderCase kHeaderCases[] = {
      "name is not <tensor>/<rank>/indices"},
     {"no shape meta", [](HandBuilt& h) { h.header["__metadata__"].erase("t.shape"); },
      "no 't.shape' in the metadata"},
+    {"world size beyond the arrays",
+     [](HandBuilt& h) { h.header["__metadata__"]["world_size"] = "1048576"; },
+     "1 tensors x world_size 1048576 need 2097152 arrays, the header has 4"},
     {"nnz above rows", [](HandBuilt& h) { h.header["__metadata__"]["t.shape"] = "[1, 2]"; },
      "nnz 2 exceeds rows 1"},
 };
