@@ -4,8 +4,8 @@
 // Tests that need root and iproute2 (and the right to create network
 // namespaces) skip cleanly where those are missing; the peer tests skip when
 // /usr/bin/python3 cannot import torch.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,12 +15,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #ifndef ZEN_CLI
 #error "ZEN_CLI must name the zen binary"
@@ -88,7 +87,8 @@ BenchRun Bench(const std::string& args) {
   fs::create_directories(dir);
   const std::string json = (dir / "report.json").string();
   BenchRun run;
-  run.output = Output(std::string(ZEN_CLI) + " bench --quiet --json " + json + " " + args, &run.status);
+  run.output =
+      Output(std::string(ZEN_CLI) + " bench --quiet --json " + json + " " + args, &run.status);
   std::ifstream in(json);
   if (in) run.report = nlohmann::json::parse(in);
   fs::remove_all(dir);
@@ -97,9 +97,9 @@ BenchRun Bench(const std::string& args) {
 
 const char* kSmall = "--synthetic zipf:rows=60000,width=32,density=0.03,skew=1.0";
 
-#define SKIP_WITHOUT_TESTBED()                                   \
-  do {                                                           \
-    const std::string why = WhyNoTestbed();                      \
+#define SKIP_WITHOUT_TESTBED()                                        \
+  do {                                                                \
+    const std::string why = WhyNoTestbed();                           \
     if (!why.empty()) GTEST_SKIP() << "testbed unavailable: " << why; \
   } while (0)
 
@@ -114,7 +114,8 @@ TEST(Testbed, ScriptUpDownLeavesNothing) {
   // Loopback up, address set, both veth ends shaped.
   EXPECT_NE(Output("ip -n zentbt1-h1 link show lo").find("UP"), std::string::npos);
   EXPECT_NE(Output("ip -n zentbt1-h1 addr show zentb0").find("10.77.0.2/24"), std::string::npos);
-  EXPECT_NE(Output("tc -n zentbt1-h0 qdisc show dev zentb0").find("rate 200Mbit"), std::string::npos);
+  EXPECT_NE(Output("tc -n zentbt1-h0 qdisc show dev zentb0").find("rate 200Mbit"),
+            std::string::npos);
   EXPECT_NE(Output("tc qdisc show dev zentbt1-v0").find("rate 200Mbit"), std::string::npos);
   Output(script + " down t1", &st);
   EXPECT_EQ(st, 0);
@@ -157,8 +158,8 @@ TEST(Testbed, ShapedLinksBoundTimeAndWireBytesCoverPayload) {
   const auto before = TestbedNamespaces();
   // Lower bound here ~1.9 MB per rank: 8 ms at 2 Gbit/s, more than the
   // bucket (128 KiB) can hide.
-  const BenchRun run = Bench("--testbed 3x2gbit --iters 2 --warmup 1 --schemes agsparse,zen " +
-                             std::string(kSmall));
+  const BenchRun run =
+      Bench("--testbed 3x2gbit --iters 2 --warmup 1 --schemes agsparse,zen " + std::string(kSmall));
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_EQ(TestbedNamespaces(), before) << "the testbed was not removed";
   const auto& r = run.report;
@@ -223,8 +224,8 @@ TEST(Testbed, KilledLauncherLeavesNoNamespaces) {
 
 TEST(Peers, LoopbackRowsCheckedAndBytesNotInvented) {
   if (!HaveTorch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  const BenchRun run = Bench("--world 2 --iters 2 --warmup 1 --schemes agsparse --peers all " +
-                             std::string(kSmall));
+  const BenchRun run =
+      Bench("--world 2 --iters 2 --warmup 1 --schemes agsparse --peers all " + std::string(kSmall));
   ASSERT_EQ(run.status, 0) << run.output;
   ASSERT_EQ(run.report["results"].size(), 3u);
   for (size_t i = 1; i < 3; ++i) {
@@ -243,8 +244,10 @@ TEST(Peers, LoopbackRowsCheckedAndBytesNotInvented) {
 TEST(Peers, OnTestbedWireBytesMatchTheAllgather) {
   SKIP_WITHOUT_TESTBED();
   if (!HaveTorch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  const BenchRun run = Bench("--testbed 2x2gbit --iters 2 --warmup 1 --schemes agsparse "
-                             "--peers torch-gloo-sparse " + std::string(kSmall));
+  const BenchRun run = Bench(
+      "--testbed 2x2gbit --iters 2 --warmup 1 --schemes agsparse "
+      "--peers torch-gloo-sparse " +
+      std::string(kSmall));
   ASSERT_EQ(run.status, 0) << run.output;
   const auto& ag = run.report["results"][0];
   const auto& torch = run.report["results"][1];
@@ -252,7 +255,8 @@ TEST(Peers, OnTestbedWireBytesMatchTheAllgather) {
   ASSERT_FALSE(torch.contains("error")) << torch["error"];
   EXPECT_EQ(torch["rows_mismatch"].get<int64_t>(), 0);
   // Both allgather the other rank's COO rows: the wire volumes agree to 10%.
-  const double a = ag["wire_bytes_recv_max"].get<double>(), t = torch["wire_bytes_recv_max"].get<double>();
+  const double a = ag["wire_bytes_recv_max"].get<double>(),
+               t = torch["wire_bytes_recv_max"].get<double>();
   EXPECT_NEAR(t / a, 1.0, 0.1);
 }
 

@@ -20,10 +20,9 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tools/zen/commands.h"
 #include "tools/zen/flags.h"
@@ -40,7 +39,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kHelp = R"(usage: zen simulate (--profile TRACE [--tensor NAME] | --synthetic SPEC --ranks K)
+constexpr const char* kHelp =
+    R"(usage: zen simulate (--profile TRACE [--tensor NAME] | --synthetic SPEC --ranks K)
                     [--world LIST] [--bandwidth RATE] [--latency-us L]
                     [--fit-ranks K] [--max-scan N] [--json OUT]
 
@@ -103,7 +103,8 @@ std::vector<double> GrowthCurve(const std::vector<SparseTensor>& ranks, Key key)
       std::set_union(u.begin(), u.end(), next.begin(), next.end(), std::back_inserter(merged));
       u.swap(merged);
       total += static_cast<double>(next.size());
-      gamma[k - 1] += total > 0 ? static_cast<double>(u.size()) / (total / static_cast<double>(k)) : 1;
+      gamma[k - 1] +=
+          total > 0 ? static_cast<double>(u.size()) / (total / static_cast<double>(k)) : 1;
     }
   }
   for (double& g : gamma) g /= static_cast<double>(n);
@@ -113,8 +114,10 @@ std::vector<double> GrowthCurve(const std::vector<SparseTensor>& ranks, Key key)
 std::vector<int64_t> BlocksOf(const SparseTensor& t, int64_t block_values) {
   std::vector<int64_t> out;
   for (int64_t id : t.ids()) {
-    const int64_t b0 = id * t.width() / block_values, b1 = ((id + 1) * t.width() - 1) / block_values;
-    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b) out.push_back(b);
+    const int64_t b0 = id * t.width() / block_values,
+                  b1 = ((id + 1) * t.width() - 1) / block_values;
+    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b)
+      out.push_back(b);
   }
   return out;
 }
@@ -136,8 +139,8 @@ PowerFit FitPower(const std::vector<double>& gamma) {
   }
   f.beta = sxx > 0 ? std::clamp(sxy / sxx, 0.0, 1.0) : 1.0;
   for (size_t k = 1; k <= gamma.size(); ++k) {
-    f.max_rel_residual = std::max(f.max_rel_residual,
-                                  std::abs(f.At(static_cast<double>(k)) - gamma[k - 1]) / gamma[k - 1]);
+    f.max_rel_residual = std::max(
+        f.max_rel_residual, std::abs(f.At(static_cast<double>(k)) - gamma[k - 1]) / gamma[k - 1]);
   }
   return f;
 }
@@ -180,7 +183,8 @@ std::vector<int> WorldList(const Flags& flags) {
   for (const auto& w : SplitList(flags.Str("world", "16,64,256,1024"))) {
     char* end = nullptr;
     const long v = std::strtol(w.c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > (1 << 20)) throw InvalidArgument("--world entry '" + w + "' must be 1..2^20");
+    if (*end != '\0' || v < 1 || v > (1 << 20))
+      throw InvalidArgument("--world entry '" + w + "' must be 1..2^20");
     out.push_back(static_cast<int>(v));
   }
   if (out.empty()) throw InvalidArgument("--world needs at least one size");
@@ -199,8 +203,12 @@ std::vector<int> ScanGrid(int max_n) {
 }
 
 json PredictionJson(const Prediction& p, double dense_s) {
-  return {{"scheme", p.scheme},       {"time_s", p.time_s},       {"recv_max", p.recv_max},
-          {"recv_mean", p.recv_mean}, {"sent_max", p.sent_max},   {"rounds", p.rounds},
+  return {{"scheme", p.scheme},
+          {"time_s", p.time_s},
+          {"recv_max", p.recv_max},
+          {"recv_mean", p.recv_mean},
+          {"sent_max", p.sent_max},
+          {"rounds", p.rounds},
           {"speedup_vs_dense", p.time_s > 0 ? dense_s / p.time_s : 0.0}};
 }
 
@@ -283,9 +291,11 @@ int RunSimulate(Args args) {
     const double dense = pred[0].time_s;
     std::printf("%-7d %-6s %9.2f %9.2f", w, x.Exact(w) ? "exact" : "fit",
                 p.sparsity.gamma[static_cast<size_t>(w - 1)], p.sparsity.skewness);
-    json row = {{"world", w}, {"profile", x.Exact(w) ? "exact" : "extrapolated"},
+    json row = {{"world", w},
+                {"profile", x.Exact(w) ? "exact" : "extrapolated"},
                 {"gamma_n", p.sparsity.gamma[static_cast<size_t>(w - 1)]},
-                {"skewness", p.sparsity.skewness}, {"predictions", json::array()}};
+                {"skewness", p.sparsity.skewness},
+                {"predictions", json::array()}};
     const Prediction* best = &pred[0];
     for (const Prediction& q : pred) {
       std::printf(" %12.3f", 1e3 * q.time_s);
@@ -306,8 +316,10 @@ int RunSimulate(Args args) {
     const std::vector<Prediction> pred = PredictAll(x.At(n), net);
     for (const Prediction& q : pred) {
       if (q.scheme == "dense" || crossover.count(q.scheme)) continue;
-      if (q.time_s < pred[0].time_s) beaten_once[q.scheme] = true;
-      else if (beaten_once[q.scheme]) crossover[q.scheme] = n;
+      if (q.time_s < pred[0].time_s)
+        beaten_once[q.scheme] = true;
+      else if (beaten_once[q.scheme])
+        crossover[q.scheme] = n;
     }
   }
   json cross = json::object();

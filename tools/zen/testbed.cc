@@ -199,7 +199,8 @@ Testbed::Testbed(const TestbedSpec& spec) : spec_(spec) {
   const std::string listing = CommandOutput({"ip", "netns", "list"});
   for (unsigned t = static_cast<unsigned>(getpid()) % 46656;; t = (t + 1) % 46656) {
     std::string tag;
-    for (unsigned v = t, i = 0; i < 3; ++i, v /= 36) tag += "0123456789abcdefghijklmnopqrstuvwxyz"[v % 36];
+    for (unsigned v = t, i = 0; i < 3; ++i, v /= 36)
+      tag += "0123456789abcdefghijklmnopqrstuvwxyz"[v % 36];
     if (Matching(listing, "zentb" + tag + "-", false).empty()) {
       prefix_ = "zentb" + tag;
       break;
@@ -254,7 +255,8 @@ void Testbed::Up() {
   for (int i = 0; i < spec_.hosts; ++i) {
     const std::string ns = Namespace(i), veth = prefix_ + "-v" + std::to_string(i);
     run({"ip", "netns", "add", ns});
-    run({"ip", "link", "add", veth, "type", "veth", "peer", "name", kTestbedInterface, "netns", ns});
+    run({"ip", "link", "add", veth, "type", "veth", "peer", "name", kTestbedInterface, "netns",
+         ns});
     run({"ip", "link", "set", veth, "master", br, "up"});
     run({"ip", "-n", ns, "link", "set", "lo", "up"});
     run({"ip", "-n", ns, "addr", "add", Address(i) + "/24", "dev", kTestbedInterface});
@@ -331,8 +333,8 @@ void AnnotateReport(json& report, const TestbedSpec* link, int cores) {
     r["cpu_floor_s"] = cpu_floor;
     if (rate > 0 && r.contains("wire_bytes_recv_max")) {
       // The least time the link needs for the bytes this scheme moved.
-      const double wire = std::max(r["wire_bytes_recv_max"].get<double>(),
-                                   r["wire_bytes_sent_max"].get<double>());
+      const double wire =
+          std::max(r["wire_bytes_recv_max"].get<double>(), r["wire_bytes_sent_max"].get<double>());
       r["network_floor_s"] = wire * 8 / rate;
       r["cpu_bound"] = cpu_floor > r["network_floor_s"].get<double>();
     } else {
@@ -346,12 +348,12 @@ std::vector<std::string> CpuWarnings(const json& report) {
   for (const json& r : report["results"]) {
     if (!r.value("cpu_bound", false)) continue;
     char buf[400];
-    const int n = std::snprintf(
-        buf, sizeof buf,
-        "warning: %s is CPU-bound here: its CPU work needs >= %.1f ms on %d cores "
-        "(median wall %.1f ms",
-        r["scheme"].get<std::string>().c_str(), 1e3 * r["cpu_floor_s"].get<double>(),
-        report["cores"].get<int>(), 1e3 * r["time_s_median"].get<double>());
+    const int n =
+        std::snprintf(buf, sizeof buf,
+                      "warning: %s is CPU-bound here: its CPU work needs >= %.1f ms on %d cores "
+                      "(median wall %.1f ms",
+                      r["scheme"].get<std::string>().c_str(), 1e3 * r["cpu_floor_s"].get<double>(),
+                      report["cores"].get<int>(), 1e3 * r["time_s_median"].get<double>());
     std::string line(buf, static_cast<size_t>(std::max(0, n)));
     if (r.contains("network_floor_s")) {
       std::snprintf(buf, sizeof buf, ", its bytes need %.1f ms on the link",
@@ -379,7 +381,8 @@ std::vector<std::string> ParsePeers(const std::string& list) {
   std::vector<std::string> out = SplitList(list);
   for (const auto& p : out) {
     if (std::find(known.begin(), known.end(), p) == known.end()) {
-      throw InvalidArgument("unknown peer '" + p + "' (known: torch-gloo-sparse, torch-gloo-dense)");
+      throw InvalidArgument("unknown peer '" + p +
+                            "' (known: torch-gloo-sparse, torch-gloo-dense)");
     }
   }
   return out;
@@ -413,15 +416,20 @@ std::vector<json> RunPeers(const PeerRun& run) {
   std::vector<std::vector<std::string>> argvs;
   for (int r = 0; r < run.world; ++r) {
     std::vector<std::string> argv;
-    if (r < static_cast<int>(run.plan.prefix.size())) argv = run.plan.prefix[static_cast<size_t>(r)];
+    if (r < static_cast<int>(run.plan.prefix.size()))
+      argv = run.plan.prefix[static_cast<size_t>(r)];
     argv.insert(argv.end(), {"env", "GLOO_SOCKET_IFNAME=" + (run.iface.empty() ? "lo" : run.iface),
                              "OMP_NUM_THREADS=1", Python(), runner});
-    argv.insert(argv.end(), {"--rank", std::to_string(r), "--world", std::to_string(run.world),
-                             "--init", "file://" + run.dir + "/peer-store", "--trace",
-                             run.trace_path, "--tensor", run.tensor, "--peers", peers, "--iters",
-                             std::to_string(run.iters), "--warmup", std::to_string(run.warmup),
-                             "--timeout-s", std::to_string(run.timeout_s), "--out",
-                             run.dir + "/peer-r" + std::to_string(r) + ".json"});
+    argv.insert(argv.end(), {"--rank",      std::to_string(r),
+                             "--world",     std::to_string(run.world),
+                             "--init",      "file://" + run.dir + "/peer-store",
+                             "--trace",     run.trace_path,
+                             "--tensor",    run.tensor,
+                             "--peers",     peers,
+                             "--iters",     std::to_string(run.iters),
+                             "--warmup",    std::to_string(run.warmup),
+                             "--timeout-s", std::to_string(run.timeout_s),
+                             "--out",       run.dir + "/peer-r" + std::to_string(r) + ".json"});
     if (!run.iface.empty()) argv.insert(argv.end(), {"--iface", run.iface});
     argvs.push_back(std::move(argv));
   }

@@ -19,11 +19,10 @@
 // the link rate, the time lower bound, ratios to the bound and a CPU check.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tools/zen/launcher.h"
 
@@ -35,7 +34,7 @@ inline constexpr const char* kTestbedInterface = "zentb0";
 
 struct TestbedSpec {
   int hosts = 0;
-  std::string rate;           // tc syntax, e.g. "500mbit"
+  std::string rate;  // tc syntax, e.g. "500mbit"
   double rate_bits_per_s = 0;
 };
 

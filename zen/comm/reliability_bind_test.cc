@@ -1,7 +1,8 @@
 // The TCP transport is unauthenticated, so it must listen only on the
 // interface it was given (127.0.0.1 by default), never on all interfaces.
 // Checked from the kernel's view: the listening sockets this process owns,
-// from /proc/self/fd and /proc/net/tcp{,6}.
+// from /proc/self/fd and /proc/net/tcp{,6}, while rank 0 waits for rank 1
+// (Gloo stops listening once its pairs are connected).
 #include <gtest/gtest.h>
 #include <gloo/rendezvous/hash_store.h>
 
@@ -52,17 +53,22 @@ TEST(ReliabilityBindTest, DefaultOptionsListenOnLoopbackOnly) {
   EXPECT_EQ(defaults.hostname, "127.0.0.1");
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::unique_ptr<Communicator>> comms(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      GlooOptions o;  // hostname left at its default
-      o.prefix = "bind";
-      o.timeout = std::chrono::seconds(10);
-      comms[static_cast<size_t>(r)] = ConnectGloo(r, 2, store, o);
-    });
+  auto connect = [&](int r) {
+    GlooOptions o;  // hostname left at its default
+    o.prefix = "bind";
+    o.timeout = std::chrono::seconds(10);
+    comms[static_cast<size_t>(r)] = ConnectGloo(r, 2, store, o);
+  };
+  // Rank 0 listens while it waits for rank 1: look at its socket then.
+  std::thread first(connect, 0);
+  std::vector<std::string> listening;
+  for (int i = 0; i < 100 && listening.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    listening = ListeningAddresses();
   }
-  for (auto& t : threads) t.join();
-  const std::vector<std::string> listening = ListeningAddresses();
+  std::thread second(connect, 1);
+  first.join();
+  second.join();
   ASSERT_FALSE(listening.empty()) << "found no listening socket of the transport";
   for (const std::string& a : listening) {
     EXPECT_TRUE(a == "0100007F" || a == "00000000000000000000000001000000")
