@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const zen::fuzz::CooCase c = zen::fuzz::CooCase::Read(in);
   const std::span<const std::byte> msg = in.Rest();
   try {
-    const zen::SparseTensor t = zen::DecodeCoo(msg, c.rows, c.width, zen::Where{0, "fuzz"}, c.sender);
+    const zen::SparseTensor t =
+        zen::DecodeCoo(msg, c.rows, c.width, zen::Where{0, "fuzz"}, c.sender);
     zen::fuzz::CheckTensor(t, c.rows, c.width);
     // Decoding is lossless: encoding the result gives the message back.
     const zen::ByteBuffer again = zen::EncodeCoo(t.ids(), t.values());

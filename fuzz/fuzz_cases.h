@@ -195,9 +195,10 @@ struct RowsCase {
   }
   std::vector<uint8_t> Header() const {
     const auto r = static_cast<uint16_t>(rows - 1);
-    return {static_cast<uint8_t>(r & 0xff), static_cast<uint8_t>(r >> 8),
+    return {static_cast<uint8_t>(r & 0xff),    static_cast<uint8_t>(r >> 8),
             static_cast<uint8_t>(servers - 1), static_cast<uint8_t>(server),
-            static_cast<uint8_t>(width - 1), seed, static_cast<uint8_t>(hash ? 0 : 1)};
+            static_cast<uint8_t>(width - 1),   seed,
+            static_cast<uint8_t>(hash ? 0 : 1)};
   }
 };
 

@@ -23,7 +23,8 @@ void Write(const fs::path& dir, const std::string& name, const std::vector<uint8
            std::span<const std::byte> body) {
   fs::create_directories(dir);
   std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+  out.write(reinterpret_cast<const char*>(header.data()),
+            static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(body.data()), static_cast<std::streamsize>(body.size()));
 }
 
@@ -37,8 +38,8 @@ SparseTensor Synthetic(int64_t rows, int64_t width, double density, int rank) {
 }
 
 void CooSeeds(const fs::path& dir) {
-  for (const auto& [rows, width, density] :
-       std::vector<std::tuple<int64_t, int64_t, double>>{{1000, 4, 0.02}, {300, 1, 0.3}, {50, 16, 1}}) {
+  for (const auto& [rows, width, density] : std::vector<std::tuple<int64_t, int64_t, double>>{
+           {1000, 4, 0.02}, {300, 1, 0.3}, {50, 16, 1}}) {
     const SparseTensor t = Synthetic(rows, width, density, 1);
     const CooCase c{rows, width, 1};
     Write(dir, "seed-" + std::to_string(rows) + "x" + std::to_string(width), c.Header(),
@@ -57,7 +58,8 @@ void RowsSeeds(const fs::path& dir) {
       c.width = 2;
       c.seed = 9;
       c.hash = hash;
-      const RowOwner owner = hash ? RowOwner::Hash(c.seed, c.servers) : RowOwner::Range(c.rows, c.servers);
+      const RowOwner owner =
+          hash ? RowOwner::Hash(c.seed, c.servers) : RowOwner::Range(c.rows, c.servers);
       const HashDomains domains(c.rows, owner);
       const SparseTensor t = Synthetic(c.rows, c.width, 0.05, 0);
       std::vector<int64_t> ids;
@@ -69,8 +71,9 @@ void RowsSeeds(const fs::path& dir) {
       }
       std::vector<std::byte> msg;
       EncodeRows(domains, c.server, c.width, ids, values, e, msg);
-      Write(dir, std::string("seed-") + (hash ? "hash" : "range") +
-                     (e == EncodingChoice::kCoo ? "-coo" : "-bitmap"),
+      Write(dir,
+            std::string("seed-") + (hash ? "hash" : "range") +
+                (e == EncodingChoice::kCoo ? "-coo" : "-bitmap"),
             c.Header(), msg);
     }
   }
@@ -122,6 +125,29 @@ std::vector<uint8_t> Record(const PeerCase& c, const SchemeRegistry& registry,
   return log;
 }
 
+// The seed must replay, through StreamComm as peer_fuzz runs it, to a
+// successful sync; otherwise the fuzzer would start from an error path.
+void Replay(const PeerCase& c, const SchemeRegistry& registry, const std::string& id,
+            const std::vector<uint8_t>& log) {
+  StreamComm comm(c.world, std::as_bytes(std::span(log.data(), log.size())));
+  SchemeOptions options;
+  options.threads = 1;
+  auto scheme = registry.Create(id, options);
+  SparseTensor local = GenerateSyntheticRank(c.spec, 0);
+  local.set_name("fuzz");
+  try {
+    if (c.dense) {
+      std::vector<float> buffer = local.ToDense();
+      scheme->SyncDense(comm, buffer, c.spec.rows, c.spec.width, "fuzz");
+    } else {
+      scheme->Sync(comm, local);
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "seed for %s does not replay: %s\n", id.c_str(), e.what());
+    std::exit(1);
+  }
+}
+
 void PeerSeeds(const fs::path& dir) {
   const SchemeRegistry registry = AllSchemes();
   const std::vector<std::string> ids = registry.ids();
@@ -137,6 +163,7 @@ void PeerSeeds(const fs::path& dir) {
       c.spec.skew = 1.1;
       c.spec.seed = 17;
       const std::vector<uint8_t> log = Record(c, registry, ids[i]);
+      Replay(c, registry, ids[i], log);
       Write(dir, "seed-" + ids[i] + (dense ? "-dense" : "-sparse"), c.Header(),
             std::as_bytes(std::span(log.data(), log.size())));
     }

@@ -3,11 +3,10 @@
 // Gloo TCP: every surviving rank must raise TransportError, and exit, within
 // the configured timeout plus 5 s of the death. Nothing may hang.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -59,10 +58,17 @@ std::vector<Ended> RunJob(const std::string& scheme, int world, int victim,
   fs::create_directories(dir);
   std::map<pid_t, int> rank_of;
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> argv = {ZEN_FAULT_WORKER, "--rank",       std::to_string(r),
-                                     "--world",        std::to_string(world), "--store",
-                                     (dir / "store").string(), "--scheme", scheme,
-                                     "--timeout-ms",   std::to_string(timeout_ms)};
+    std::vector<std::string> argv = {ZEN_FAULT_WORKER,
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--world",
+                                     std::to_string(world),
+                                     "--store",
+                                     (dir / "store").string(),
+                                     "--scheme",
+                                     scheme,
+                                     "--timeout-ms",
+                                     std::to_string(timeout_ms)};
     if (r == victim) argv.insert(argv.end(), {"--kill-at", phase});
     rank_of[Spawn(argv, (dir / ("rank" + std::to_string(r) + ".log")).string())] = r;
   }
@@ -87,7 +93,8 @@ std::vector<Ended> RunJob(const std::string& scheme, int world, int victim,
     ::usleep(2000);
   }
   for (int r = 0; r < world; ++r) {
-    ended[static_cast<size_t>(r)].log = Slurp((dir / ("rank" + std::to_string(r) + ".log")).string());
+    ended[static_cast<size_t>(r)].log =
+        Slurp((dir / ("rank" + std::to_string(r) + ".log")).string());
   }
   fs::remove_all(dir);
   return ended;
@@ -95,15 +102,15 @@ std::vector<Ended> RunJob(const std::string& scheme, int world, int victim,
 
 void ExpectSurvivorsFailFast(const std::string& scheme, const std::string& phase) {
   const int world = 4, victim = 2, timeout_ms = 3000;
-  const std::vector<Ended> e = RunJob(scheme, world, victim, phase, timeout_ms, std::chrono::seconds(60));
+  const std::vector<Ended> e =
+      RunJob(scheme, world, victim, phase, timeout_ms, std::chrono::seconds(60));
   const Ended& v = e[victim];
   ASSERT_TRUE(WIFSIGNALED(v.status) && WTERMSIG(v.status) == SIGKILL)
       << "the victim was not killed at " << phase << ": " << v.log;
   for (int r = 0; r < world; ++r) {
     if (r == victim) continue;
     const Ended& s = e[static_cast<size_t>(r)];
-    const double after =
-        std::chrono::duration<double>(s.at - v.at).count();
+    const double after = std::chrono::duration<double>(s.at - v.at).count();
     EXPECT_TRUE(WIFEXITED(s.status) && WEXITSTATUS(s.status) == 3)
         << "rank " << r << " did not end with TransportError: " << s.log;
     EXPECT_NE(s.log.find("TransportError after"), std::string::npos) << s.log;

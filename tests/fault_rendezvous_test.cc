@@ -2,10 +2,9 @@
 // that never shows up, and a Redis server that cannot be reached, must end
 // the worker within the timeout plus 5 s with a message that says what was
 // waited for and for how long.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <array>
 #include <chrono>
@@ -35,12 +34,13 @@ Result RunBench(const std::string& args) {
   return r;
 }
 
-const char* kWork = " --schemes agsparse --synthetic zipf:rows=1000,width=2,density=0.01 --iters 1 "
-                    "--quiet --timeout-s 1";
+const char* kWork =
+    " --schemes agsparse --synthetic zipf:rows=1000,width=2,density=0.01 --iters 1 "
+    "--quiet --timeout-s 1";
 
 TEST(FaultRendezvousTest, MissingRankNamesWhatWasAwaitedAndForHowLong) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          ("zen-rdv-" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("zen-rdv-" + std::to_string(::getpid()));
   const Result r = RunBench("--rank 0 --world 2 --rendezvous file:" + dir + kWork);
   std::filesystem::remove_all(dir);
   EXPECT_NE(r.status, 0) << r.output;
@@ -53,10 +53,12 @@ TEST(FaultRendezvousTest, MissingRankNamesWhatWasAwaitedAndForHowLong) {
 
 TEST(FaultRendezvousTest, UnreachableRedisNamesTheAddressAndTheWait) {
   // Port 1 on loopback: nothing listens there (connection refused).
-  const Result r = RunBench(std::string("--rank 0 --world 2 --rendezvous redis://127.0.0.1:1") + kWork);
+  const Result r =
+      RunBench(std::string("--rank 0 --world 2 --rendezvous redis://127.0.0.1:1") + kWork);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LE(r.seconds, 1 + 5) << r.output;
-  if (r.output.find("no Redis support") != std::string::npos) GTEST_SKIP() << "built without hiredis";
+  if (r.output.find("no Redis support") != std::string::npos)
+    GTEST_SKIP() << "built without hiredis";
   EXPECT_NE(r.output.find("Redis"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("127.0.0.1:1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("timeout 1000 ms"), std::string::npos) << r.output;

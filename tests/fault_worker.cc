@@ -120,10 +120,10 @@ int main(int argc, char** argv) {
     zen::SparseTensor local = zen::GenerateSyntheticRank(spec, rank);
     local.set_name("fault");
     auto scheme = zen::BuiltinSchemes().Create(flags.count("scheme") ? flags.at("scheme") : "zen");
-    std::fprintf(stderr, "rank %d: connected after %lld ms\n", rank,
-                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            Clock::now() - start)
-                                            .count()));
+    std::fprintf(
+        stderr, "rank %d: connected after %lld ms\n", rank,
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()));
     const int64_t calls = Int(flags, "calls", 3);
     for (int64_t c = 0; c < calls; ++c) {
       const zen::SparseTensor sum = scheme->Sync(*comm, local);

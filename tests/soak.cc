@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
           zen::Agreement a;
           try {
             if (step.reject && comm.rank() == 1) {
-              const zen::SparseTensor taller = zen::SparseTensor::Empty(local.rows() + 1, local.width(), "soak");
+              const zen::SparseTensor taller =
+                  zen::SparseTensor::Empty(local.rows() + 1, local.width(), "soak");
               scheme.Sync(comm, taller);
               error = "a mismatched call was accepted";
             } else if (step.dense) {
@@ -151,11 +152,11 @@ int main(int argc, char** argv) {
             std::lock_guard lock(mu);
             if (!error.empty()) {
               ++failures;
-              std::fprintf(stderr, "sync %lld (%s, %s, rows %lld, width %lld, density %g) rank %d: %s\n",
-                           static_cast<long long>(i), step.scheme.c_str(),
-                           step.dense ? "dense" : "sparse", static_cast<long long>(step.spec.rows),
-                           static_cast<long long>(step.spec.width), step.spec.density, comm.rank(),
-                           error.c_str());
+              std::fprintf(
+                  stderr, "sync %lld (%s, %s, rows %lld, width %lld, density %g) rank %d: %s\n",
+                  static_cast<long long>(i), step.scheme.c_str(), step.dense ? "dense" : "sparse",
+                  static_cast<long long>(step.spec.rows), static_cast<long long>(step.spec.width),
+                  step.spec.density, comm.rank(), error.c_str());
             }
             if (comm.rank() == 0) {
               ++per_scheme[step.scheme];
@@ -172,15 +173,18 @@ int main(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("zen_soak: %lld syncs (%lld rejected on purpose) on %d ranks in %.1f s\n",
               static_cast<long long>(syncs), static_cast<long long>(rejected), world, seconds);
-  for (const auto& [id, n] : per_scheme) std::printf("  %-12s %lld\n", id.c_str(), static_cast<long long>(n));
-  std::printf("VmRSS: start %lld KiB, after %lld warm-up syncs %lld KiB, end %lld KiB, max %lld KiB; "
-              "growth after warm-up %lld KiB (bound %lld KiB)\n",
-              static_cast<long long>(rss_start), static_cast<long long>(warmup),
-              static_cast<long long>(rss_warm), static_cast<long long>(rss_end),
-              static_cast<long long>(rss_max), static_cast<long long>(rss_max - rss_warm),
-              static_cast<long long>(max_growth_kb));
+  for (const auto& [id, n] : per_scheme)
+    std::printf("  %-12s %lld\n", id.c_str(), static_cast<long long>(n));
+  std::printf(
+      "VmRSS: start %lld KiB, after %lld warm-up syncs %lld KiB, end %lld KiB, max %lld KiB; "
+      "growth after warm-up %lld KiB (bound %lld KiB)\n",
+      static_cast<long long>(rss_start), static_cast<long long>(warmup),
+      static_cast<long long>(rss_warm), static_cast<long long>(rss_end),
+      static_cast<long long>(rss_max), static_cast<long long>(rss_max - rss_warm),
+      static_cast<long long>(max_growth_kb));
   bool ok = failures == 0;
-  if (failures) std::printf("FAILED: %lld rank-syncs differ or raised\n", static_cast<long long>(failures));
+  if (failures)
+    std::printf("FAILED: %lld rank-syncs differ or raised\n", static_cast<long long>(failures));
   if (rss_max - rss_warm > max_growth_kb) {
     std::printf("FAILED: resident memory grew by %lld KiB after the warm-up\n",
                 static_cast<long long>(rss_max - rss_warm));

@@ -105,7 +105,8 @@ class ReliabilitySchemesTest : public ::testing::TestWithParam<std::string> {
       EXPECT_TRUE(Has(o.what, "'emb'")) << label << ": " << o.what;
       EXPECT_TRUE(Has(o.what, "rank " + std::to_string(bad_rank))) << label << ": " << o.what;
       if (r == bad_rank) {
-        for (const std::string& p : bad_parts) EXPECT_TRUE(Has(o.what, p)) << label << ": " << o.what;
+        for (const std::string& p : bad_parts)
+          EXPECT_TRUE(Has(o.what, p)) << label << ": " << o.what;
       }
       // What users see (docs/reliability.md quotes these lines).
       if (GetParam() == "zen" && (r == bad_rank || r == (bad_rank + 1) % kWorld)) {
@@ -126,7 +127,8 @@ void SyncOrReport(Communicator& comm, Scheme& scheme, int64_t rows, int64_t widt
   SparseTensor local;
   std::string error;
   try {
-    local = SparseTensor::FromCoo(rows, width, std::move(ids), std::move(values), duplicates, "emb");
+    local =
+        SparseTensor::FromCoo(rows, width, std::move(ids), std::move(values), duplicates, "emb");
   } catch (const InvalidArgument& e) {
     error = e.what();
   }
@@ -169,9 +171,8 @@ TEST_P(ReliabilitySchemesTest, BadInputOnOneRankFailsEveryRankThenWorks) {
                  }));
         }
         // A placeholder (0 x 0) tensor on one rank: caught by Sync itself.
-        Record(cases.size(), comm.rank(), Capture([&] {
-                 scheme->Sync(comm, comm.rank() == bad ? SparseTensor() : mine);
-               }));
+        Record(cases.size(), comm.rank(),
+               Capture([&] { scheme->Sync(comm, comm.rank() == bad ? SparseTensor() : mine); }));
         ExpectGoodCall(comm, *scheme);
       },
       kTimeout);
@@ -247,11 +248,12 @@ void SendRawMeta(Communicator& comm, const WireMeta& meta) {
   std::vector<std::unique_ptr<Request>> pending;
   for (int s = 1; s < n; ++s) {
     const int from = (comm.rank() - s + n) % n;
-    pending.push_back(comm.Recv(from, kControlTag,
-                                std::as_writable_bytes(std::span(&got[static_cast<size_t>(from)], 1))));
+    pending.push_back(comm.Recv(
+        from, kControlTag, std::as_writable_bytes(std::span(&got[static_cast<size_t>(from)], 1))));
   }
   for (int s = 1; s < n; ++s) {
-    pending.push_back(comm.Send((comm.rank() + s) % n, kControlTag, std::as_bytes(std::span(&meta, 1))));
+    pending.push_back(
+        comm.Send((comm.rank() + s) % n, kControlTag, std::as_bytes(std::span(&meta, 1))));
   }
   for (auto& p : pending) p->Wait();
 }
@@ -361,11 +363,11 @@ std::vector<SparseTensor> PoisonedInputs(int64_t width) {
     float first, rest;
   };
   const std::vector<Poison> poison = {
-      {0, 17, kNaN, 1.0f},  {1, 17, 2.0f, 2.0f},    // NaN + finite
-      {1, 1500, kInf, 0.0f}, {2, 1500, -kInf, 0.0f},  // Inf - Inf = NaN
-      {2, 1999, kNaN, kNaN},                         // a row of NaNs only on one rank
-      {0, 1234, kInf, -kInf},                        // infinities alone
-      {1, 0, 0.0f, kNaN},                            // NaN after a zero
+      {0, 17, kNaN, 1.0f},    {1, 17, 2.0f, 2.0f},     // NaN + finite
+      {1, 1500, kInf, 0.0f},  {2, 1500, -kInf, 0.0f},  // Inf - Inf = NaN
+      {2, 1999, kNaN, kNaN},                           // a row of NaNs only on one rank
+      {0, 1234, kInf, -kInf},                          // infinities alone
+      {1, 0, 0.0f, kNaN},                              // NaN after a zero
   };
   std::vector<SparseTensor> out;
   for (int r = 0; r < kWorld; ++r) {

@@ -147,7 +147,9 @@ std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte
       throw FormatError(Where{r}, "AllGatherV: rank ", p, " announced a negative size ",
                         sizes[static_cast<size_t>(p)]);
     }
-    if (p != r) CheckAnnounced(comm, "AllGatherV", p, sizes[static_cast<size_t>(p)], max_recv_bytes);
+    if (p != r) {
+      CheckAnnounced(comm, "AllGatherV", p, sizes[static_cast<size_t>(p)], max_recv_bytes);
+    }
   }
   const Tag tag = comm.NextTag();
   Requests reqs;

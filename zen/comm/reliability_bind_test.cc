@@ -3,8 +3,8 @@
 // Checked from the kernel's view: the listening sockets this process owns,
 // from /proc/self/fd and /proc/net/tcp{,6}, while rank 0 waits for rank 1
 // (Gloo stops listening once its pairs are connected).
-#include <gtest/gtest.h>
 #include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>

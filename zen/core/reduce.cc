@@ -18,7 +18,9 @@ void CheckSameShape(const SparseTensor& a, const SparseTensor& b) {
 // |got - want|, where NaN matches only NaN and an infinity only the same
 // infinity (a plain fabs would yield NaN, which std::max ignores).
 double ElementError(double got, double want) {
-  if (std::isnan(got) || std::isnan(want)) return std::isnan(got) && std::isnan(want) ? 0 : INFINITY;
+  if (std::isnan(got) || std::isnan(want)) {
+    return std::isnan(got) && std::isnan(want) ? 0 : INFINITY;
+  }
   if (std::isinf(got) || std::isinf(want)) return got == want ? 0 : INFINITY;
   return std::fabs(got - want);
 }

@@ -13,9 +13,7 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-SparseTensor Row(int64_t id, float a, float b) {
-  return SparseTensor::FromCoo(4, 2, {id}, {a, b});
-}
+SparseTensor Row(int64_t id, float a, float b) { return SparseTensor::FromCoo(4, 2, {id}, {a, b}); }
 
 TEST(ReliabilityReferenceTest, NaNWhereTheSumIsFiniteIsAnError) {
   const std::vector<SparseTensor> inputs = {Row(1, 1, 2), Row(1, 3, 4)};

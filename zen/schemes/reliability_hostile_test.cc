@@ -7,6 +7,7 @@
 // Arbitrary corruption of every message is the job of fuzz/peer_fuzz.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -120,17 +121,46 @@ void ExpectRejected(const std::string& scheme, int64_t announced) {
     EXPECT_GT(lies, 0);
     EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
   } catch (const std::bad_alloc& e) {
-    ADD_FAILURE() << scheme << " tried to allocate " << announced << " announced bytes: " << e.what();
+    ADD_FAILURE() << scheme << " tried to allocate " << announced
+                  << " announced bytes: " << e.what();
   } catch (const std::length_error& e) {
-    ADD_FAILURE() << scheme << " tried to allocate " << announced << " announced bytes: " << e.what();
+    ADD_FAILURE() << scheme << " tried to allocate " << announced
+                  << " announced bytes: " << e.what();
   }
 }
 
-TEST_P(HostilePeerTest, HugeAnnouncedSizeIsFormatError) { ExpectRejected(GetParam(), int64_t{1} << 44); }
+TEST_P(HostilePeerTest, HugeAnnouncedSizeIsFormatError) {
+  ExpectRejected(GetParam(), int64_t{1} << 44);
+}
 TEST_P(HostilePeerTest, NegativeAnnouncedSizeIsFormatError) { ExpectRejected(GetParam(), -24); }
 TEST_P(HostilePeerTest, OneRowTooManyIsFormatError) {
   // More rows than the tensor has: 3001 rows of width 3 in COO.
   ExpectRejected(GetParam(), 3001 * (8 + 3 * 4) + 32);
+}
+
+// Found by fuzz/peer_fuzz.cc (an ASan heap-buffer-overflow): the dense
+// ring OR-reduces a row-presence bitmap, and bits a peer sets past `rows` in
+// its last word became ids outside the tensor, read from beyond the dense
+// buffer. Rows 3018 (48 words, tail of 10 bits) split evenly over 2 ranks.
+TEST(HostilePeerDenseTest, PresenceBitsPastTheRowsAreFormatError) {
+  SyntheticSpec spec;
+  spec.rows = 64 * 47 + 10;
+  spec.width = 3;
+  spec.density = 0.05;
+  const SparseTensor local = GenerateSyntheticRank(spec, 0);
+  const size_t bitmap_chunk = 24 * sizeof(uint64_t);
+  ScriptedComm comm([&](Tag, size_t size, std::deque<ByteBuffer>& sent) {
+    ByteBuffer b = Mirror(sent);
+    if (size == bitmap_chunk) std::fill(b.end() - 8, b.end(), std::byte{0xff});
+    return b;
+  });
+  auto s = BuiltinSchemes().Create("dense");
+  try {
+    s->Sync(comm, local);
+    ADD_FAILURE() << "a presence bitmap with rows past the tensor was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("3018"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, HostilePeerTest, ::testing::ValuesIn(BuiltinSchemes().ids()),

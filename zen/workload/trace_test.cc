@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
@@ -362,6 +363,28 @@ TEST(TraceMalformedTest, EveryTruncationIsAFormatError) {
   WriteFile(path, full.substr(0, full.size() - 3));
   EXPECT_THAT(LoadError(path), HasSubstr("'t/1/values': trace file"));
   EXPECT_THAT(LoadError(path), HasSubstr("run past the end of the data (41 bytes"));
+}
+
+// Random single-byte corruptions anywhere in the file either still decode
+// (a value byte, a space) or are a FormatError naming the file; nothing else.
+TEST(TraceMalformedTest, RandomByteFlipsNeverEscapeFormatError) {
+  const HandBuilt h;
+  const std::string full = Assemble(h.header, h.data);
+  const std::string path = TempPath("flip");
+  std::mt19937_64 rng(7);
+  int rejected = 0;
+  for (int i = 0; i < 400; ++i) {
+    std::string bytes = full;
+    bytes[rng() % bytes.size()] = static_cast<char>(rng() % 256);
+    WriteFile(path, bytes);
+    try {
+      ReadTrace(path);
+    } catch (const FormatError& e) {
+      EXPECT_THAT(e.what(), HasSubstr(path));
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 100);  // most of the file is header: most flips must be caught
 }
 
 TEST(TraceMalformedTest, TrailingBytesAreRejected) {

@@ -2,7 +2,7 @@
 edge-case buckets, allreduce_ against torch.distributed, and errors that must
 raise on every rank without a hang (scenarios in zen_worker.py)."""
 
-from conftest import check
+from zen_torch_testing import check
 
 
 def test_ddp_matches_plain_ddp(job):

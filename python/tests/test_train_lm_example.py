@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, rank_env
+from zen_torch_testing import REPO, rank_env
 
 TINY = ["--steps", "3", "--vocab", "2000", "--max-paragraphs", "3000", "--batch", "4",
         "--seq-len", "16", "--width", "16", "--hidden", "32"]
@@ -31,7 +31,7 @@ def train(sync, *extra):
 
 def test_train_lm_zen_matches_gloo():
     # Sparse embedding (the dense-bucket path is compared with DDP in
-    # test_torch_ranks.py; one launcher run costs seconds of torch start-up).
+    # test_zen_torch_ranks.py; one launcher run costs seconds of torch start-up).
     zen_losses, out = train("zen")
     assert "zen scheme" in out and "payload bytes" in out, out
     gloo_losses, _ = train("gloo")
