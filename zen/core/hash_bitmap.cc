@@ -175,8 +175,9 @@ RowEncoding EncodeRows(const HashDomains& domains, int server, int64_t width,
     }
   }
   if (index_bytes > 0) {  // (memcpy from an empty vector's null data() is UB)
-    std::memcpy(index, enc == RowEncoding::kCoo ? static_cast<const void*>(ids.data())
-                                                : static_cast<const void*>(words.data()),
+    std::memcpy(index,
+                enc == RowEncoding::kCoo ? static_cast<const void*>(ids.data())
+                                         : static_cast<const void*>(words.data()),
                 index_bytes);
   }
   if (!values.empty()) {

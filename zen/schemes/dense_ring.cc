@@ -65,6 +65,14 @@ class DenseRing final : public Scheme {
     std::vector<uint64_t> present((static_cast<size_t>(local.rows()) + 63) / 64, 0);
     for (int64_t id : local.ids()) present[static_cast<size_t>(id) / 64] |= 1ULL << (id % 64);
     RingAllReduce(comm, std::span<uint64_t>(present), [](uint64_t& a, uint64_t b) { a |= b; });
+    // Received bits: rows past the tensor would be read from beyond `dense`.
+    const int64_t tail = local.rows() % 64;
+    if (tail != 0 && (present.back() >> tail) != 0) {
+      throw FormatError(Where{comm.rank(), local.name()},
+                        "dense: the row-presence bitmap reduced over all ranks marks rows at or "
+                        "beyond ",
+                        local.rows(), " (a peer sent a corrupt bitmap)");
+    }
     std::vector<int64_t> ids;
     std::vector<float> values;
     for (size_t word = 0; word < present.size(); ++word) {
