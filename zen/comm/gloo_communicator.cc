@@ -1,5 +1,7 @@
 #include "zen/comm/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
@@ -454,11 +456,22 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions&
   return ConnectGloo(rank, size, OpenStore(options.rendezvous, options.timeout), options);
 }
 
+// Gloo's TCP transport can write to a socket whose peer has died; with the
+// default SIGPIPE action that kills the surviving process instead of raising
+// a TransportError. A handler the application installed is left alone.
+void IgnoreSigpipeIfDefault() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
                                           std::shared_ptr<gloo::rendezvous::Store> store,
                                           const GlooOptions& options) {
   CheckConnectArgs(rank, size, options);
   if (!store) throw InvalidArgument(Where{rank}, "ConnectGloo: the store is null");
+  IgnoreSigpipeIfDefault();
   CheckResolvable(rank, options.hostname);
   std::shared_ptr<gloo::transport::Device> device;
   try {
