@@ -127,16 +127,33 @@ class StreamComm final : public Communicator {
   }
   std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
     CheckPeer(peer);
-    return std::make_unique<LazyRequest>([this, peer, tag, data] {
-      if (stream_.size() - pos_ < data.size()) {
-        throw TransportError(Where{0}, "fuzz peer ", peer, " hung up under tag ", tag);
+    return std::make_unique<LazyRequest>([this, peer, tag, data] { Take(peer, tag, data); });
+  }
+  // A framed message: an 8-byte length, then that many bytes.
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    CheckPeer(peer);
+    return std::make_unique<LazyRequest>([this, peer, tag, &out, max_bytes] {
+      uint64_t length = 0;
+      Take(peer, tag, std::as_writable_bytes(std::span(&length, 1)));
+      if (length > static_cast<uint64_t>(max_bytes)) {
+        throw FormatError(Where{0}, "fuzz peer ", peer, " announces ", length, " bytes under tag ",
+                          tag, ", more than the ", max_bytes, " bytes this receive can hold");
       }
-      std::copy_n(stream_.begin() + static_cast<std::ptrdiff_t>(pos_), data.size(), data.begin());
-      pos_ += data.size();
+      out.resize(length);
+      Take(peer, tag, out);
     });
   }
 
  private:
+  void Take(int peer, Tag tag, std::span<std::byte> data) {
+    if (stream_.size() - pos_ < data.size()) {
+      throw TransportError(Where{0}, "fuzz peer ", peer, " hung up under tag ", tag);
+    }
+    std::copy_n(stream_.begin() + static_cast<std::ptrdiff_t>(pos_), data.size(), data.begin());
+    pos_ += data.size();
+  }
+
   std::span<const std::byte> stream_;
   size_t pos_ = 0;
 };
@@ -163,6 +180,19 @@ class RecordingComm final : public Communicator {
       r->Wait();
       const auto* p = reinterpret_cast<const uint8_t*>(data.data());
       log_.insert(log_.end(), p, p + data.size());
+    });
+  }
+  // Logged as StreamComm replays it: the length, then the bytes.
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    std::shared_ptr<Request> r = inner_->RecvUpTo(peer, tag, out, max_bytes);
+    return std::make_unique<LazyRequest>([this, r, &out] {
+      r->Wait();
+      const uint64_t length = out.size();
+      const auto* l = reinterpret_cast<const uint8_t*>(&length);
+      log_.insert(log_.end(), l, l + sizeof(length));
+      const auto* p = reinterpret_cast<const uint8_t*>(out.data());
+      log_.insert(log_.end(), p, p + out.size());
     });
   }
 

@@ -57,6 +57,10 @@ class KillSwitch final : public zen::Communicator {
   std::unique_ptr<zen::Request> Recv(int peer, zen::Tag tag, std::span<std::byte> data) override {
     return inner_->Recv(peer, tag, data);
   }
+  std::unique_ptr<zen::Request> RecvUpTo(int peer, zen::Tag tag, zen::ByteBuffer& out,
+                                         int64_t max_bytes) override {
+    return inner_->RecvUpTo(peer, tag, out, max_bytes);
+  }
 
  private:
   static constexpr size_t kLarge = 1 << 16;

@@ -60,8 +60,20 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+std::string WorkerMallocTuning() {
+  if (const char* mine = std::getenv("GLIBC_TUNABLES")) return mine;
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") || std::getenv("MALLOC_MMAP_THRESHOLD_")) return "";
+  // Measured (docs/performance.md, "Allocator"): with glibc's defaults a
+  // worker returns freed buffers to the kernel after every sync and faults
+  // them back in on the next, which doubled every scheme's time on 8 ranks.
+  const char* tuned = "glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=67108864";
+  setenv("GLIBC_TUNABLES", tuned, /*overwrite=*/0);
+  return tuned;
+}
+
 int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
                        const std::string& what) {
+  WorkerMallocTuning();
   std::map<pid_t, int> rank_of;
   for (size_t r = 0; r < argv_per_rank.size(); ++r) {
     rank_of[Spawn(argv_per_rank[r])] = static_cast<int>(r);

@@ -38,6 +38,15 @@ int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& pl
 
 // Starts one process per argv (rank = position) and waits for all; the first
 // failure kills the rest and returns 1, naming `what` and the rank.
+// Every worker process (zen's and the PyTorch peers alike) starts with the
+// same glibc allocator settings: the caller's GLIBC_TUNABLES / MALLOC_*_
+// if set, otherwise a trim threshold of 256 MiB and an mmap threshold of
+// 64 MiB, so buffers freed after one sync are reused by the next instead of
+// being returned to the kernel and faulted in again. Sets GLIBC_TUNABLES
+// in this process's environment (inherited by children); returns what the
+// workers get ("" when the caller set MALLOC_*_ variables instead).
+std::string WorkerMallocTuning();
+
 int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
                        const std::string& what);
 

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "tools/zen/bench.h"
+#include "tools/zen/launcher.h"
 #include "zen/core/error.h"
 
 #ifndef ZEN_DEFAULT_TRACE
@@ -309,6 +310,7 @@ void AnnotateReport(json& report, const TestbedSpec* link, int cores) {
     report["lower_bound_time_s"] = bound_time;
   }
   report["cores"] = cores;
+  report["worker_glibc_tunables"] = WorkerMallocTuning();
   double load[1] = {0};
   if (getloadavg(load, 1) == 1) report["load_average_1m"] = load[0];
   for (json& r : report["results"]) {

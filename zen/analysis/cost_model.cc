@@ -12,7 +12,6 @@
 namespace zen {
 namespace {
 
-constexpr double kCountBytes = 8;  // one int64 count per peer (ExchangeCounts / AllGatherInt)
 
 // Everything the formulas use, with unknown inputs filled in.
 struct Inputs {
@@ -160,16 +159,17 @@ Volumes Dense(const Inputs& in) {
   return v;
 }
 
-// agsparse: AllGatherV of each rank's COO stream (sizes first).
+// agsparse: AllGatherV of each rank's COO stream (one round; the sizes
+// travel in the transport's frames, which the counters do not include).
 Volumes AgSparse(const Inputs& in) {
   Volumes v = NewVolumes(in);
   if (in.n == 1) return v;
-  const double bytes = (in.n - 1) * (kCountBytes + in.nnz * in.row);
+  const double bytes = (in.n - 1) * in.nnz * in.row;
   for (int r = 0; r < in.n; ++r) {
     v.recv[static_cast<size_t>(r)] += bytes;
     v.sent[static_cast<size_t>(r)] += bytes;
   }
-  v.rounds += 2;
+  v.rounds += 1;
   return v;
 }
 
@@ -226,17 +226,16 @@ Volumes OwnerPushPull(const Inputs& in, double local, double unions, double item
                       const std::vector<double>& share, const std::vector<double>& union_share) {
   Volumes v = NewVolumes(in);
   if (in.n == 1) return v;
-  const double counts = 2 * kCountBytes * (in.n - 1);
   for (int r = 0; r < in.n; ++r) {
     const size_t o = static_cast<size_t>(r);
     const double push_in = (in.n - 1) * local * share[o] * item;
     const double push_out = local * (1 - share[o]) * item;
     const double pull_in = unions * (1 - union_share[o]) * item;
     const double pull_out = (in.n - 1) * unions * union_share[o] * item;
-    v.recv[o] += counts + push_in + pull_in;
-    v.sent[o] += counts + push_out + pull_out;
+    v.recv[o] += push_in + pull_in;
+    v.sent[o] += push_out + pull_out;
   }
-  v.rounds += 4;
+  v.rounds += 2;  // one AllToAllV, one AllGatherV
   return v;
 }
 
@@ -260,12 +259,11 @@ Volumes Zen(const Inputs& in) {
   const double ids = std::min(std::ceil(domain / 64) * 8, share * 8);
   const double push = (in.n - 1) * in.nnz / in.n * in.row;
   const double pull = (in.n - 1) * (ids + share * in.vals);
-  const double counts = 2 * kCountBytes * (in.n - 1);
   for (int r = 0; r < in.n; ++r) {
-    v.recv[static_cast<size_t>(r)] += counts + push + pull;
-    v.sent[static_cast<size_t>(r)] += counts + push + pull;
+    v.recv[static_cast<size_t>(r)] += push + pull;
+    v.sent[static_cast<size_t>(r)] += push + pull;
   }
-  v.rounds += 4;
+  v.rounds += 2;
   return v;
 }
 

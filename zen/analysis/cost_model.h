@@ -4,9 +4,9 @@
 //
 // The model counts what each scheme ACTUALLY puts on the wire, per rank, in
 // the same units as Communicator::counters(): payload bytes including the
-// schemes' own headers, the count exchanges of AllToAllV / AllGatherV
-// (8 bytes per peer), and the 56-byte metadata message Scheme::Sync sends
-// to every peer. Every formula is written out in docs/sections/cost-model.md.
+// schemes' own headers and the 56-byte metadata message Scheme::Sync sends
+// to every peer (AllToAllV / AllGatherV send no counts of their own: sizes
+// travel in the transport's frames, which the counters leave out). Every formula is written out in docs/sections/cost-model.md.
 // Where the paper has a closed form (Eq. 1 Balanced Parallelism, Eq. 2
 // Hierarchical Centralization, Appendix B Sparse PS) the model reduces to it
 // when headers are dropped.

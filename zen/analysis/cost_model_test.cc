@@ -159,7 +159,11 @@ TEST(CostModelTest, AutoPicksWithin10PercentOfTheMeasuredBest) {
 
 // SparCML's regime: very low density, little overlap, small n. Elsewhere
 // (overlap, more ranks, higher density) Balanced Parallelism (zen) wins.
-TEST(CostModelTest, SparcmlWinsAtVeryLowDensityLittleOverlapSmallN) {
+// With little overlap the union grows like k, so recursive doubling (sparcml)
+// and one allgather (agsparse) move the same bytes; agsparse does it in one
+// round, sparcml in log2(n). Either is right; zen, which adds a pull of the
+// same union, is not.
+TEST(CostModelTest, AllGatherFamilyWinsAtVeryLowDensityLittleOverlapSmallN) {
   const Workload sparse = Zipf("zipf:rows=200000,width=16,density=0.002,skew=1.0,seed=11", 4);
   const WorkloadProfile p = ProfileInputs(sparse.inputs);
   ASSERT_GT(p.sparsity.gamma.back(), 3.2);  // little overlap: 4 ranks, union > 3.2 x one rank
@@ -167,8 +171,9 @@ TEST(CostModelTest, SparcmlWinsAtVeryLowDensityLittleOverlapSmallN) {
   const auto best = std::min_element(
       all.begin(), all.end(),
       [](const Prediction& a, const Prediction& b) { return a.time_s < b.time_s; });
-  EXPECT_EQ(best->scheme, "sparcml");
-  EXPECT_EQ(AutoChoice(sparse), "sparcml");
+  EXPECT_TRUE(best->scheme == "sparcml" || best->scheme == "agsparse") << best->scheme;
+  const std::string chosen = AutoChoice(sparse);
+  EXPECT_TRUE(chosen == "sparcml" || chosen == "agsparse") << chosen;
 
   const Workload dense = Zipf("zipf:rows=200000,width=16,density=0.01,skew=1.1,seed=12", 8);
   const WorkloadProfile q = ProfileInputs(dense.inputs);

@@ -35,6 +35,13 @@ void CheckAnnounced(const Communicator& comm, const char* what, int from, int64_
   }
 }
 
+void CheckBound(const Communicator& comm, const char* what, int64_t max_recv_bytes) {
+  if (max_recv_bytes < 0) {
+    throw InvalidArgument(Where{comm.rank()}, what, ": max_recv_bytes ", max_recv_bytes,
+                          " is negative");
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts) {
@@ -108,10 +115,26 @@ std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteB
 std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer,
                                   int64_t max_recv_bytes) {
   CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
-  std::vector<int64_t> sizes(per_peer.size());
-  for (size_t p = 0; p < per_peer.size(); ++p) sizes[p] = static_cast<int64_t>(per_peer[p].size());
-  const std::vector<int64_t> recv_sizes = ExchangeCounts(comm, sizes);
-  return AllToAllVKnown(comm, per_peer, recv_sizes, max_recv_bytes);
+  CheckBound(comm, "AllToAllV", max_recv_bytes);
+  const int n = comm.size();
+  const int r = comm.rank();
+  std::vector<ByteBuffer> out(static_cast<size_t>(n));
+  out[static_cast<size_t>(r)] = per_peer[static_cast<size_t>(r)];
+  if (n == 1) return out;
+  // One round: the transport frames each message with its length.
+  const Tag tag = comm.NextTag();
+  Requests reqs;
+  reqs.reserve(2 * static_cast<size_t>(n - 1));
+  for (int s = 1; s < n; ++s) {
+    const int from = AllToAllRecvPeer(r, n, s);
+    reqs.push_back(comm.RecvUpTo(from, tag, out[static_cast<size_t>(from)], max_recv_bytes));
+  }
+  for (int s = 1; s < n; ++s) {
+    const int to = AllToAllSendPeer(r, n, s);
+    reqs.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
+  }
+  WaitAll(reqs);
+  return out;
 }
 
 std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {
@@ -136,29 +159,18 @@ std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {
 
 std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine,
                                    int64_t max_recv_bytes) {
+  CheckBound(comm, "AllGatherV", max_recv_bytes);
   const int n = comm.size();
   const int r = comm.rank();
   std::vector<ByteBuffer> out(static_cast<size_t>(n));
   out[static_cast<size_t>(r)] = Copy(mine);
   if (n == 1) return out;
-  const std::vector<int64_t> sizes = AllGatherInt(comm, static_cast<int64_t>(mine.size()));
-  for (int p = 0; p < n; ++p) {
-    if (sizes[static_cast<size_t>(p)] < 0) {
-      throw FormatError(Where{r}, "AllGatherV: rank ", p, " announced a negative size ",
-                        sizes[static_cast<size_t>(p)]);
-    }
-    if (p != r) {
-      CheckAnnounced(comm, "AllGatherV", p, sizes[static_cast<size_t>(p)], max_recv_bytes);
-    }
-  }
   const Tag tag = comm.NextTag();
   Requests reqs;
   reqs.reserve(2 * static_cast<size_t>(n - 1));
   for (int s = 1; s < n; ++s) {
     const int from = AllToAllRecvPeer(r, n, s);
-    ByteBuffer& buf = out[static_cast<size_t>(from)];
-    buf.resize(static_cast<size_t>(sizes[static_cast<size_t>(from)]));
-    reqs.push_back(comm.Recv(from, tag, buf));
+    reqs.push_back(comm.RecvUpTo(from, tag, out[static_cast<size_t>(from)], max_recv_bytes));
   }
   for (int s = 1; s < n; ++s) reqs.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine));
   WaitAll(reqs);

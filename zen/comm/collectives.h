@@ -22,8 +22,6 @@
 
 namespace zen {
 
-using ByteBuffer = std::vector<std::byte>;
-
 // No bound on a received message (the default of max_recv_bytes below).
 inline constexpr int64_t kAnyBytes = INT64_MAX;
 
@@ -32,18 +30,21 @@ inline constexpr int64_t kAnyBytes = INT64_MAX;
 std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts);
 
 // per_peer[p] goes to rank p (per_peer[rank] is returned to itself, never
-// sent). Sizes are exchanged first. Returns what each rank sent here.
-// A peer announcing more than max_recv_bytes is a FormatError raised before
-// anything is allocated (pass the largest message the caller can decode).
+// sent), in one round: sizes travel in the transport's frames (RecvUpTo),
+// not in a round of their own. Returns what each rank sent here. A peer
+// sending more than max_recv_bytes is a FormatError raised before anything
+// that large is allocated (pass the largest message the caller can decode).
 std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer,
                                   int64_t max_recv_bytes = kAnyBytes);
 
-// Same, when receive sizes are already known (recv_sizes[p] from rank p).
+// Same, when receive sizes are already known (recv_sizes[p] from rank p,
+// e.g. from ExchangeCounts).
 std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
                                        std::span<const int64_t> recv_sizes,
                                        int64_t max_recv_bytes = kAnyBytes);
 
 // Every rank contributes `mine`; returns all contributions indexed by rank.
+// One round, bounded like AllToAllV.
 std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine,
                                    int64_t max_recv_bytes = kAnyBytes);
 

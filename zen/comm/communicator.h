@@ -3,7 +3,11 @@
 // A Communicator connects `size()` ranks. It offers tagged, asynchronous
 // point-to-point sends and receives of byte spans; everything else (count
 // exchange, alltoallv, allgatherv, barrier: see collectives.h) is built on
-// those two calls, so a new transport implements Send, Recv and nothing more.
+// those calls, so a new transport implements Send, Recv and RecvUpTo (a
+// receive whose size the sender decides, bounded by the receiver) and
+// nothing more. RecvUpTo lets a collective skip the size-announcement round
+// a plain Recv would need: a transport frames every message with its length
+// anyway.
 //
 // Byte accounting: every Send adds its payload size to sent(peer) and every
 // completed Recv adds to recv(peer). These counters are the only source of
@@ -20,6 +24,9 @@
 //   auto r = comm.Recv(peer, tag, in);       // post receives first
 //   auto s = comm.Send(peer, tag, out);      // `out` must outlive the request
 //   s->Wait(); r->Wait();                    // TransportError on timeout/death
+//
+//   std::vector<std::byte> any;              // size unknown, at most 1 MiB
+//   comm.RecvUpTo(peer, tag, any, 1 << 20)->Wait();
 #pragma once
 
 #include <atomic>
@@ -32,6 +39,7 @@
 
 namespace zen {
 
+using ByteBuffer = std::vector<std::byte>;
 using Tag = uint64_t;
 
 // A pending send or receive. Destroying an unfinished request waits for it
@@ -83,6 +91,13 @@ class Communicator {
   // another size is a FormatError (or TransportError where the backend
   // cannot tell the two apart).
   virtual std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) = 0;
+
+  // Receives one message of any size up to max_bytes under tag; on
+  // completion `out` holds exactly the message. A longer message is a
+  // FormatError that names both sizes, raised before `out` grows beyond
+  // max_bytes. `out` must stay alive until the request completes.
+  virtual std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                            int64_t max_bytes) = 0;
 
   // A fresh tag for one collective step; identical on all ranks as long as
   // they issue the same sequence of calls.

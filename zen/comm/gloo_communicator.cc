@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -64,9 +65,17 @@ uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
-// Even slots carry the 8-byte lengths (one per tag, injective), odd slots the
-// payloads (one per tag and length).
-uint64_t LengthSlot(Tag tag) { return tag << 1; }
+// Wire protocol. Every message starts with a frame on the even slot of its
+// tag: an 8-byte length followed, when the payload is at most kEagerBytes,
+// by the payload itself, so a small message is one Gloo transfer. A larger
+// payload follows as a second transfer on an odd slot derived from the tag
+// and the length, so that a receive expecting another length never matches
+// it. The receiver posts the frame receive at full eager size (Gloo accepts
+// shorter transfers into a posted receive), which lets it learn any length.
+constexpr uint64_t kEagerBytes = uint64_t{64} << 10;
+constexpr uint64_t kFrameHeader = sizeof(uint64_t);
+
+uint64_t FrameSlot(Tag tag) { return tag << 1; }
 uint64_t PayloadSlot(Tag tag, uint64_t bytes) { return (Mix64(Mix64(tag) + bytes) << 1) | 1; }
 
 // What one Send or Recv is, for error messages.
@@ -148,15 +157,20 @@ class GlooRequest : public Request {
 class GlooSend final : public GlooRequest {
  public:
   GlooSend(gloo::Context& ctx, Transfer t, std::span<const std::byte> data) : GlooRequest(t) {
-    length_ = data.size();
+    const uint64_t length = data.size();
+    const bool eager = length <= kEagerBytes;
+    frame_size_ = kFrameHeader + (eager ? length : 0);
+    frame_ = std::make_unique_for_overwrite<std::byte[]>(frame_size_);
+    std::memcpy(frame_.get(), &length, kFrameHeader);
+    if (eager && length > 0) std::memcpy(frame_.get() + kFrameHeader, data.data(), length);
     const auto start = Clock::now();
     try {
-      length_buf_ = ctx.createUnboundBuffer(&length_, sizeof(length_));
-      length_buf_->send(t.peer, LengthSlot(t.tag));
-      if (!data.empty()) {
+      frame_buf_ = ctx.createUnboundBuffer(frame_.get(), frame_size_);
+      frame_buf_->send(t.peer, FrameSlot(t.tag));
+      if (!eager) {
         // Gloo's buffer type is not const-correct; a send only reads.
         payload_buf_ = ctx.createUnboundBuffer(const_cast<std::byte*>(data.data()), data.size());
-        payload_buf_->send(t.peer, PayloadSlot(t.tag, data.size()));
+        payload_buf_->send(t.peer, PayloadSlot(t.tag, length));
       }
     } catch (...) {
       ThrowTransport(t, "posting", start, std::current_exception());
@@ -167,26 +181,36 @@ class GlooSend final : public GlooRequest {
  private:
   void DoWait(Clock::time_point start) override {
     const auto deadline = start + t_.timeout;
-    WaitBuffer(*length_buf_, t_, "sending the length header", start, deadline);
+    WaitBuffer(*frame_buf_, t_, "sending the frame", start, deadline);
     if (payload_buf_) WaitBuffer(*payload_buf_, t_, "sending the payload", start, deadline);
   }
 
-  uint64_t length_ = 0;  // declared before the buffers that point into it
-  std::unique_ptr<UnboundBuffer> length_buf_;
+  size_t frame_size_ = 0;
+  std::unique_ptr<std::byte[]> frame_;  // declared before the buffers that point into it
+  std::unique_ptr<UnboundBuffer> frame_buf_;
   std::unique_ptr<UnboundBuffer> payload_buf_;
 };
 
+// One receive: of exactly `exact.size()` bytes, or (when `out` is set) of any
+// size up to `max_bytes`, written to *out.
 class GlooRecv final : public GlooRequest {
  public:
-  GlooRecv(gloo::Context& ctx, Transfer t, std::span<std::byte> data, ByteCounters* counters)
-      : GlooRequest(t), ctx_(ctx), counters_(counters) {
+  GlooRecv(gloo::Context& ctx, Transfer t, std::span<std::byte> exact, ByteBuffer* out,
+           uint64_t max_bytes, ByteCounters* counters)
+      : GlooRequest(t),
+        ctx_(ctx),
+        exact_(exact),
+        out_(out),
+        max_bytes_(max_bytes),
+        counters_(counters),
+        frame_(std::make_unique_for_overwrite<std::byte[]>(kFrameHeader + kEagerBytes)) {
     const auto start = Clock::now();
     try {
-      length_buf_ = ctx.createUnboundBuffer(&length_, sizeof(length_));
-      length_buf_->recv(t.peer, LengthSlot(t.tag));
-      if (!data.empty()) {
-        payload_buf_ = ctx.createUnboundBuffer(data.data(), data.size());
-        payload_buf_->recv(t.peer, PayloadSlot(t.tag, data.size()));
+      frame_buf_ = ctx.createUnboundBuffer(frame_.get(), kFrameHeader + kEagerBytes);
+      frame_buf_->recv(t.peer, FrameSlot(t.tag));
+      if (!out_ && exact.size() > kEagerBytes) {  // the size is known: post it now
+        payload_buf_ = ctx.createUnboundBuffer(exact.data(), exact.size());
+        payload_buf_->recv(t.peer, PayloadSlot(t.tag, exact.size()));
       }
     } catch (...) {
       ThrowTransport(t, "posting", start, std::current_exception());
@@ -197,38 +221,76 @@ class GlooRecv final : public GlooRequest {
  private:
   void DoWait(Clock::time_point start) override {
     const auto deadline = start + t_.timeout;
-    WaitBuffer(*length_buf_, t_, "waiting for the length header", start, deadline);
-    if (length_ != t_.bytes) {
-      // The payload went to the slot of its own length, never to ours: our
-      // posted receive is dropped unused and the payload is drained.
-      payload_buf_.reset();
-      Discard(start, deadline);
-      throw FormatError(Where{t_.rank}, "message from peer ", t_.peer, " under tag ", t_.tag,
-                        " has ", length_, " bytes, the receive expects ", t_.bytes, " bytes");
+    WaitBuffer(*frame_buf_, t_, "waiting for the frame", start, deadline);
+    uint64_t length = 0;
+    std::memcpy(&length, frame_.get(), kFrameHeader);
+    CheckLength(length, start, deadline);
+    const std::byte* eager = frame_.get() + kFrameHeader;
+    if (out_) {
+      out_->resize(length);
+      if (length <= kEagerBytes) {
+        std::copy_n(eager, length, out_->data());
+      } else {
+        ReceivePayload(std::span(*out_), start, deadline);
+      }
+    } else if (length <= kEagerBytes) {
+      std::copy_n(eager, length, exact_.data());
+    } else {
+      WaitBuffer(*payload_buf_, t_, "receiving the payload", start, deadline);
     }
-    if (payload_buf_) WaitBuffer(*payload_buf_, t_, "receiving the payload", start, deadline);
-    counters_->AddRecv(t_.peer, t_.bytes);
+    counters_->AddRecv(t_.peer, length);
+  }
+
+  // FormatError when the announced length is not what this receive takes.
+  void CheckLength(uint64_t length, Clock::time_point start, Clock::time_point deadline) {
+    const bool fits = out_ ? length <= max_bytes_ : length == exact_.size();
+    if (fits) return;
+    // The payload (if any) went to the slot of its own length, never to
+    // ours: our posted receive is dropped unused and the payload drained.
+    payload_buf_.reset();
+    if (length > kEagerBytes) Discard(length, start, deadline);
+    if (out_) {
+      throw FormatError(Where{t_.rank}, "message from peer ", t_.peer, " under tag ", t_.tag,
+                        " has ", length, " bytes, more than the ", max_bytes_,
+                        " bytes this receive can hold");
+    }
+    throw FormatError(Where{t_.rank}, "message from peer ", t_.peer, " under tag ", t_.tag,
+                      " has ", length, " bytes, the receive expects ", exact_.size(), " bytes");
+  }
+
+  void ReceivePayload(std::span<std::byte> into, Clock::time_point start,
+                      Clock::time_point deadline) {
+    try {
+      payload_buf_ = ctx_.createUnboundBuffer(into.data(), into.size());
+      payload_buf_->recv(t_.peer, PayloadSlot(t_.tag, into.size()));
+    } catch (...) {
+      ThrowTransport(t_, "posting the payload receive", start, std::current_exception());
+    }
+    WaitBuffer(*payload_buf_, t_, "receiving the payload", start, deadline);
   }
 
   // Receives and drops a payload of the announced (wrong) length, so that the
   // sender's request completes. Failures here are secondary and ignored.
-  void Discard(Clock::time_point start, Clock::time_point deadline) {
-    if (length_ == 0 || length_ > kMaxDiscardBytes) return;
-    std::vector<std::byte> scratch(length_);
+  void Discard(uint64_t length, Clock::time_point start, Clock::time_point deadline) {
+    if (length > kMaxDiscardBytes) return;
+    std::vector<std::byte> scratch(length);
     try {
       auto buf = ctx_.createUnboundBuffer(scratch.data(), scratch.size());
-      buf->recv(t_.peer, PayloadSlot(t_.tag, length_));
+      buf->recv(t_.peer, PayloadSlot(t_.tag, length));
       Transfer drain = t_;
-      drain.bytes = length_;
+      drain.bytes = length;
       WaitBuffer(*buf, drain, "discarding a payload of the wrong size", start, deadline);
     } catch (...) {
     }
   }
 
   gloo::Context& ctx_;
+  std::span<std::byte> exact_;
+  ByteBuffer* out_;
+  uint64_t max_bytes_;
   ByteCounters* counters_;
-  uint64_t length_ = 0;  // declared before the buffers that point into it
-  std::unique_ptr<UnboundBuffer> length_buf_;
+  std::unique_ptr<std::byte[]> frame_;  // declared before the buffers that point into it
+  std::unique_ptr<UnboundBuffer> frame_buf_;
   std::unique_ptr<UnboundBuffer> payload_buf_;
 };
 
@@ -248,7 +310,17 @@ class GlooCommunicator final : public Communicator {
 
   std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
     const Transfer t = Check(peer, tag, data.size(), /*is_send=*/false);
-    return std::make_unique<GlooRecv>(*ctx_, t, data, &mutable_counters());
+    return std::make_unique<GlooRecv>(*ctx_, t, data, nullptr, 0, &mutable_counters());
+  }
+
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    if (max_bytes < 0) {
+      throw InvalidArgument(Where{rank()}, "RecvUpTo: max_bytes ", max_bytes, " is negative");
+    }
+    const Transfer t = Check(peer, tag, static_cast<uint64_t>(max_bytes), /*is_send=*/false);
+    return std::make_unique<GlooRecv>(*ctx_, t, std::span<std::byte>(), &out,
+                                      static_cast<uint64_t>(max_bytes), &mutable_counters());
   }
 
  private:

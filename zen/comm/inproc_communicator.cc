@@ -54,14 +54,19 @@ class DoneRequest final : public Request {
   void Wait() override {}
 };
 
+// One receive: of exactly data.size() bytes, or (when `out` is set) of any
+// size up to max_bytes, written to *out.
 class InProcRecv final : public Request {
  public:
   InProcRecv(std::shared_ptr<Mailboxes> boxes, Key key, uint64_t seq, std::span<std::byte> data,
-             std::chrono::milliseconds timeout, ByteCounters* counters)
+             ByteBuffer* out, int64_t max_bytes, std::chrono::milliseconds timeout,
+             ByteCounters* counters)
       : boxes_(std::move(boxes)),
         key_(key),
         seq_(seq),
         data_(data),
+        out_(out),
+        max_bytes_(max_bytes),
         timeout_(timeout),
         counters_(counters) {}
 
@@ -95,7 +100,18 @@ class InProcRecv final : public Request {
     auto node = box.messages.extract(seq_);
     boxes_->Tidy(key_);
     lock.unlock();
-    const std::vector<std::byte>& msg = node.mapped();
+    std::vector<std::byte>& msg = node.mapped();
+    if (out_) {
+      if (msg.size() > static_cast<uint64_t>(max_bytes_)) {
+        error_ = std::make_exception_ptr(FormatError(
+            Where{key_.dst}, "message from peer ", key_.src, " under tag ", key_.tag, " has ",
+            msg.size(), " bytes, more than the ", max_bytes_, " bytes this receive can hold"));
+        std::rethrow_exception(error_);
+      }
+      counters_->AddRecv(key_.src, msg.size());
+      *out_ = std::move(msg);
+      return;
+    }
     if (msg.size() != data_.size()) {
       error_ = std::make_exception_ptr(
           FormatError(Where{key_.dst}, "message from peer ", key_.src, " under tag ", key_.tag,
@@ -120,6 +136,8 @@ class InProcRecv final : public Request {
   Key key_;
   uint64_t seq_;
   std::span<std::byte> data_;
+  ByteBuffer* out_;
+  int64_t max_bytes_;
   std::chrono::milliseconds timeout_;
   ByteCounters* counters_;
   bool settled_ = false;
@@ -150,6 +168,20 @@ class InProcCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
+    return Post(peer, tag, data, nullptr, 0);
+  }
+
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    if (max_bytes < 0) {
+      throw InvalidArgument(Where{rank()}, "RecvUpTo: max_bytes ", max_bytes, " is negative");
+    }
+    return Post(peer, tag, {}, &out, max_bytes);
+  }
+
+ private:
+  std::unique_ptr<Request> Post(int peer, Tag tag, std::span<std::byte> data, ByteBuffer* out,
+                                int64_t max_bytes) {
     CheckPeer(peer);
     const Key key{peer, rank(), tag};
     uint64_t seq = 0;
@@ -157,10 +189,10 @@ class InProcCommunicator final : public Communicator {
       std::lock_guard lock(boxes_->mu);
       seq = boxes_->boxes[key].posted++;
     }
-    return std::make_unique<InProcRecv>(boxes_, key, seq, data, timeout(), &mutable_counters());
+    return std::make_unique<InProcRecv>(boxes_, key, seq, data, out, max_bytes, timeout(),
+                                        &mutable_counters());
   }
 
- private:
   std::shared_ptr<Mailboxes> boxes_;
 };
 

@@ -75,11 +75,11 @@ TEST(OmniReduceTest, RecordBytesAreIndexMaskAndValues) {
   inputs.push_back(SparseTensor::FromSorted(16, 64, {0, 5}, std::vector<float>(128, 1.0f)));
   inputs.push_back(SparseTensor::FromSorted(16, 64, {1, 9}, std::vector<float>(128, 2.0f)));
   const std::vector<uint64_t> recv = RunExact(Backend::kInProc, inputs);
-  // metadata 56 + push counts 8 + pushed records + pull sizes 8 + pulled records.
+  // metadata 56 + pushed records + pulled records (sizes travel in frames).
   // Rank 0's rows 0 and 5 fall in its own blocks 0 and 1; rank 1's row 1 in
   // block 0 (pushed to rank 0), row 9 in its own block 2.
-  EXPECT_EQ(recv[0], 56u + 8u + 1033u + 8u + 1033u);    // gets block 0; pulls block 2
-  EXPECT_EQ(recv[1], 56u + 8u + 0u + 8u + 2u * 1033u);  // gets nothing; pulls 0 and 1
+  EXPECT_EQ(recv[0], 56u + 1033u + 1033u);    // gets block 0; pulls block 2
+  EXPECT_EQ(recv[1], 56u + 0u + 2u * 1033u);  // gets nothing; pulls 0 and 1
 }
 
 TEST(OmniReduceTest, GlooTcp) {

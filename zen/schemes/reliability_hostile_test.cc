@@ -1,7 +1,8 @@
 // Hostile sizes from a peer, against every registered scheme: rank 0 runs
 // the real scheme; its only peer is a script that answers each receive with
 // what rank 0 sent under that tag, except that every size, count or header
-// (an 8-byte message after the metadata exchange) is a lie. The scheme must
+// (an 8-byte message after the metadata exchange) and every length a framed
+// message announces (RecvUpTo) is a lie. The scheme must
 // raise zen::FormatError before allocating what the peer announced (a
 // regression test: the collectives used to resize to any announced size).
 // Arbitrary corruption of every message is the job of fuzz/peer_fuzz.cc.
@@ -43,11 +44,16 @@ class ScriptedRecv final : public Request {
   std::function<void()> fill_;
 };
 
+// The length a framed message announces (RecvUpTo), given its true one.
+using Announce = std::function<int64_t(Tag tag, int64_t true_size)>;
+
 // Rank 0 of a world of two whose peer is a script.
 class ScriptedComm final : public Communicator {
  public:
-  explicit ScriptedComm(Script script)
-      : Communicator(0, 2, std::chrono::milliseconds(1000)), script_(std::move(script)) {}
+  explicit ScriptedComm(Script script, Announce announce = [](Tag, int64_t n) { return n; })
+      : Communicator(0, 2, std::chrono::milliseconds(1000)),
+        script_(std::move(script)),
+        announce_(std::move(announce)) {}
 
   std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
     CheckPeer(peer);
@@ -67,8 +73,32 @@ class ScriptedComm final : public Communicator {
     });
   }
 
+  // Models a framed transport: the length comes first and is checked
+  // against the bound before anything is allocated for it.
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    CheckPeer(peer);
+    return std::make_unique<ScriptedRecv>([this, tag, &out, max_bytes] {
+      std::deque<ByteBuffer>& sent = sent_[tag];
+      const int64_t truth = sent.empty() ? 0 : static_cast<int64_t>(sent.front().size());
+      const int64_t announced = announce_(tag, truth);
+      if (announced < 0 || announced > max_bytes) {
+        throw FormatError(Where{rank()}, "scripted peer announces ", announced,
+                          " bytes under tag ", tag, ", more than the ", max_bytes,
+                          " bytes this receive can hold");
+      }
+      ByteBuffer reply = script_(tag, static_cast<size_t>(announced), sent);
+      if (static_cast<int64_t>(reply.size()) != announced) {
+        throw FormatError(Where{rank()}, "scripted peer answers ", reply.size(), " bytes, ",
+                          "announced ", announced);
+      }
+      out = std::move(reply);
+    });
+  }
+
  private:
   Script script_;
+  Announce announce_;
   std::map<Tag, std::deque<ByteBuffer>> sent_;
 };
 
@@ -111,6 +141,10 @@ void ExpectRejected(const std::string& scheme, int64_t announced) {
       return Int64Bytes(announced);
     }
     return b;
+  }, [&](Tag tag, int64_t truth) {
+    if (tag == kControlTag) return truth;
+    ++lies;
+    return announced;
   });
   auto s = BuiltinSchemes().Create(scheme);
   try {
