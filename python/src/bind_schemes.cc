@@ -7,6 +7,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 #include "zen/schemes/registry.h"
 #if __has_include("zen/analysis/auto_scheme.h")
@@ -57,19 +59,6 @@ std::unique_ptr<Scheme> CreateScheme(const std::string& id, std::optional<uint64
   return scheme;
 }
 
-// Raises InvalidArgument(message) here and, through the metadata exchange,
-// on every other rank of the collective call they are making.
-[[noreturn]] void Reject(Scheme& scheme, Communicator& comm, int64_t rows, int64_t width,
-                         const std::string& name, const std::string& message) {
-  if (scheme.check_agreement()) {
-    try {
-      CheckRanksAgree(comm, scheme.name(), rows, width, name, message);
-    } catch (const InvalidArgument&) {  // ours, rethrown below with the plain message
-    }
-  }
-  throw InvalidArgument(Where{comm.rank(), name}, message);
-}
-
 template <typename T>
 py::array_t<T> ToArray(std::vector<T> data, std::vector<py::ssize_t> shape) {
   auto* owned = new std::vector<T>(std::move(data));
@@ -77,25 +66,123 @@ py::array_t<T> ToArray(std::vector<T> data, std::vector<py::ssize_t> shape) {
   return py::array_t<T>(std::move(shape), owned->data(), free);
 }
 
-using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
-using ValueArray = py::array_t<float, py::array::c_style>;
+// The arguments of one sync call as Python gave them, converted here rather
+// than by pybind11's signature matching: a conversion that fails must still
+// take part in the metadata exchange (Scheme::Reject), or the peers would
+// pair this call with this rank's next one and return a wrong sum.
+struct CallArgs {
+  int64_t rows = 0;
+  int64_t width = 0;
+  std::string name;
+  std::string error;  // the first thing wrong, empty when fine
 
-py::tuple SyncCoo(Scheme& scheme, Communicator& comm, int64_t rows, int64_t width,
-                  const IdArray& ids, const ValueArray& values, const std::string& name) {
-  std::vector<int64_t> id_vec(ids.data(), ids.data() + ids.size());
-  std::vector<float> value_vec(values.data(), values.data() + values.size());
+  void Fail(std::string why) {
+    if (error.empty()) error = std::move(why);
+  }
+};
+
+std::string TypeName(const py::handle& h) {
+  return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>();
+}
+
+// An exact Python or numpy integer (not bool, not float) in int64 range.
+bool ToInt64(const py::handle& obj, const char* what, int64_t& out, CallArgs& args) {
+  if (py::isinstance<py::bool_>(obj) || !py::hasattr(obj, "__index__")) {
+    args.Fail(detail::Concat(what, " must be an int, got ", TypeName(obj)));
+    return false;
+  }
+  const py::int_ value = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));
+  if (!value) {
+    PyErr_Clear();
+    args.Fail(detail::Concat(what, " must be an int, got ", TypeName(obj)));
+    return false;
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    args.Fail(detail::Concat(what, " ", py::str(static_cast<py::handle>(value)).cast<std::string>(),
+                             " does not fit in int64"));
+    return false;
+  }
+  out = static_cast<int64_t>(v);
+  return true;
+}
+
+CallArgs ReadCommon(const py::handle& rows, const py::handle& width, const py::handle& name) {
+  CallArgs args;
+  if (py::isinstance<py::str>(name)) {
+    args.name = name.cast<std::string>();
+  } else {
+    args.Fail("name must be a str, got " + TypeName(name));
+  }
+  ToInt64(rows, "rows", args.rows, args);
+  ToInt64(width, "width", args.width, args);
+  return args;
+}
+
+std::string DtypeName(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj,
+                  const py::object& width_obj, const py::object& ids_obj,
+                  const py::object& values_obj, const py::object& name_obj) {
+  CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
+  std::vector<int64_t> id_vec;
+  std::vector<float> value_vec;
+  // ids: an integer array (a float array is refused, not truncated).
+  if (!py::isinstance<py::array>(ids_obj)) {
+    args.Fail("ids must be a numpy int64 array, got " + TypeName(ids_obj));
+  } else {
+    const auto ids = py::reinterpret_borrow<py::array>(ids_obj);
+    const char kind = ids.dtype().kind();
+    if (kind != 'i' && kind != 'u') {
+      args.Fail("ids have dtype " + DtypeName(ids) + "; ids must be integers (int64)");
+    } else if (ids.ndim() != 1) {
+      args.Fail(detail::Concat("ids must be 1-D, got ", ids.ndim(), " dimensions"));
+    } else if (kind == 'u' && ids.itemsize() == 8) {
+      const auto u = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
+      for (py::ssize_t i = 0; i < u.size(); ++i) {
+        if (u.data()[i] > static_cast<uint64_t>(INT64_MAX)) {
+          args.Fail(detail::Concat("id ", u.data()[i], " at position ", i,
+                                   " does not fit in int64"));
+          break;
+        }
+      }
+      id_vec.assign(u.data(), u.data() + u.size());
+    } else {
+      const auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
+      id_vec.assign(c.data(), c.data() + c.size());
+    }
+  }
+  // values: float32 (other dtypes are refused: zen sums float32).
+  if (!py::isinstance<py::array>(values_obj)) {
+    args.Fail("values must be a numpy float32 array, got " + TypeName(values_obj));
+  } else {
+    const auto values = py::reinterpret_borrow<py::array>(values_obj);
+    if (!values.dtype().is(py::dtype::of<float>())) {
+      args.Fail("values have dtype " + DtypeName(values) + ", zen syncs float32 only");
+    } else {
+      const auto c = py::array_t<float, py::array::c_style>::ensure(values);
+      value_vec.assign(c.data(), c.data() + c.size());
+    }
+  }
   SparseTensor sum;
   {
     py::gil_scoped_release release;
     SparseTensor local;
-    std::string error;
-    try {
-      local = SparseTensor::FromCoo(rows, width, std::move(id_vec), std::move(value_vec),
-                                    Duplicates::kSum, name);
-    } catch (const InvalidArgument& e) {
-      error = e.what();
+    if (args.error.empty()) {
+      try {
+        local = SparseTensor::FromCoo(args.rows, args.width, std::move(id_vec),
+                                      std::move(value_vec), Duplicates::kSum, args.name);
+      } catch (const InvalidArgument& e) {
+        args.Fail(e.what());
+      } catch (const std::bad_alloc&) {
+        args.Fail("out of memory building the input tensor");
+      }
     }
-    if (!error.empty()) Reject(scheme, comm, rows, width, name, error);
+    if (!args.error.empty()) {
+      scheme.Reject(comm, args.rows, args.width, args.name, args.error);
+    }
     sum = scheme.Sync(comm, local);
   }
   const auto nnz = static_cast<py::ssize_t>(sum.nnz());
@@ -103,33 +190,43 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, int64_t rows, int64_t widt
   std::vector<int64_t> out_ids = std::move(sum).TakeIds();
   std::vector<float> out_values = std::move(sum).TakeValues();
   return py::make_tuple(ToArray(std::move(out_ids), {nnz}),
-                        ToArray(std::move(out_values), {nnz, static_cast<py::ssize_t>(width)}));
+                        ToArray(std::move(out_values), {nnz, static_cast<py::ssize_t>(args.width)}));
 }
 
 // What is wrong with buffer as the in-place target of a [rows x width] sync,
 // or empty.
-std::string CheckDenseBuffer(const py::array& buffer, int64_t rows, int64_t width) {
+std::string CheckDenseBuffer(const py::handle& obj, int64_t rows, int64_t width) {
+  if (!py::isinstance<py::array>(obj)) {
+    return "dense buffer must be a numpy float32 array, got " + TypeName(obj);
+  }
+  const auto buffer = py::reinterpret_borrow<py::array>(obj);
   if (!buffer.dtype().is(py::dtype::of<float>())) {
-    return "dense buffer has dtype " + py::str(buffer.dtype()).cast<std::string>() +
-           ", zen syncs float32 only";
+    return "dense buffer has dtype " + DtypeName(buffer) + ", zen syncs float32 only";
   }
   if (!buffer.writeable()) return "dense buffer is read-only";
   if (!(buffer.flags() & py::array::c_style)) return "dense buffer is not C-contiguous";
-  if (rows >= 1 && width >= 1 && buffer.size() != rows * width) {
+  int64_t elements = 0;
+  if (rows >= 1 && width >= 1 && TryMul(rows, width, elements) && buffer.size() != elements) {
     return detail::Concat("dense buffer has ", buffer.size(), " floats, expected rows ", rows,
                           " x width ", width);
   }
   return {};
 }
 
-void SyncDense(Scheme& scheme, Communicator& comm, py::array buffer, int64_t rows, int64_t width,
-               const std::string& name) {
-  const std::string error = CheckDenseBuffer(buffer, rows, width);
+void SyncDense(Scheme& scheme, Communicator& comm, const py::object& buffer_obj,
+               const py::object& rows_obj, const py::object& width_obj,
+               const py::object& name_obj) {
+  CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
+  if (args.error.empty()) args.Fail(CheckDenseBuffer(buffer_obj, args.rows, args.width));
+  std::span<float> data;
+  if (args.error.empty()) {
+    auto buffer = py::reinterpret_borrow<py::array>(buffer_obj);
+    data = std::span<float>(static_cast<float*>(buffer.mutable_data()),
+                            static_cast<size_t>(buffer.size()));
+  }
   py::gil_scoped_release release;
-  if (!error.empty()) Reject(scheme, comm, rows, width, name, error);
-  std::span<float> data(static_cast<float*>(buffer.mutable_data()),
-                        static_cast<size_t>(buffer.size()));
-  scheme.SyncDense(comm, data, rows, width, name);
+  if (!args.error.empty()) scheme.Reject(comm, args.rows, args.width, args.name, args.error);
+  scheme.SyncDense(comm, data, args.rows, args.width, args.name);
 }
 
 // The scheme `auto` last chose for a tensor, or None (another scheme, or no
@@ -146,10 +243,12 @@ py::object Decision(const Scheme& scheme, const std::string& tensor) {
   return py::none();
 }
 
-void RejectCall(Scheme& scheme, Communicator& comm, int64_t rows, int64_t width,
-                const std::string& name, const std::string& message) {
+void RejectCall(Scheme& scheme, Communicator& comm, const py::object& rows_obj,
+                const py::object& width_obj, const py::object& name_obj,
+                const std::string& message) {
+  CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
   py::gil_scoped_release release;
-  Reject(scheme, comm, rows, width, name, message);
+  scheme.Reject(comm, args.rows, args.width, args.name, message);
 }
 
 }  // namespace
@@ -165,7 +264,7 @@ void BindSchemes(py::module_& m) {
            "Global sum of a COO tensor (ids: int64 [nnz], any order, duplicates summed; values: "
            "float32 [nnz, width]). Returns (ids, values), sorted and unique, identical on every "
            "rank.")
-      .def("sync_dense", &SyncDense, py::arg("comm"), py::arg("buffer").noconvert(),
+      .def("sync_dense", &SyncDense, py::arg("comm"), py::arg("buffer"),
            py::arg("rows"), py::arg("width"), py::arg("name") = "",
            "Sums a C-contiguous float32 [rows x width] buffer over all ranks in place; zero rows "
            "are not sent.")

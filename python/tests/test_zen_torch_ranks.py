@@ -37,3 +37,28 @@ def test_mismatch_raises_on_every_rank(job):
             assert "float64" in m["dtype"], m
         else:
             assert f"rank {world - 1} rejected" in m["dtype"], m
+
+
+def test_extra_call_on_one_rank_never_returns_a_wrong_sum(job):
+    world = job[0]
+    messages = check(job, "drift")
+    for r, m in enumerate(messages):
+        assert len(m) == (4 if r == 0 else 3), m
+        assert "another identity" in m[0], m
+        for later in m[1:]:
+            assert "out of step" in later, m
+
+
+def test_argument_errors_raise_on_every_rank(job):
+    world = job[0]
+    messages = check(job, "raw_args")
+    for r, m in enumerate(messages):
+        assert ("float64" in m["float64 values"]) == (r == 1), m
+        assert ("ids have dtype float64" in m["float ids"]) == (r == 0), m
+        assert ("NoneType" in m["None values"]) == (r == world - 1), m
+        assert ("rows must be an int" in m["float rows"]) == (r == 0), m
+        assert ("does not fit in int64" in m["huge rows"]) == (r == 1 % world), m
+        assert ("overflows int64" in m["rows x width overflow"]) == (r == 0), m
+        assert ("float64" in m["dense float64"]) == (r == 0), m
+        for label, text in m.items():
+            assert f"rank {r}" in text, (label, text)

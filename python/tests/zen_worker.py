@@ -246,8 +246,67 @@ def scenario_mismatch(rank, world):
     return messages
 
 
+# --- call drift and argument errors (issue 13, item 1) ------------------------
+
+def scenario_drift(rank, world):
+    """Rank 0 makes one extra call. Before the call identity travelled in the
+    metadata, every later call of both ranks returned a sum of different
+    calls' tensors (101, 11, 1010 instead of 2, 11, 10010). Now every call of
+    every rank raises zen.MismatchError and no tensor is modified."""
+    state = zen.torch.ZenState()  # its own communicator: drift spoils it for good
+    messages = []
+    if rank == 0:
+        extra = torch.ones(1)
+        messages.append(expect(zen.MismatchError,
+                               lambda: zen.torch.allreduce_(extra, state=state), "rank"))
+        assert extra.tolist() == [1.0], extra
+    for k in range(3):
+        t = torch.full((1,), 10.0 ** k)
+        messages.append(expect(zen.MismatchError, lambda: zen.torch.allreduce_(t, state=state)))
+        assert t.tolist() == [10.0 ** k], f"call {k} changed the tensor: {t.tolist()}"
+    return messages
+
+
+def scenario_raw_args(rank, world):
+    """Arguments that fail to convert on one rank raise ValueError on every
+    rank (through the metadata exchange), and the next call is exact."""
+    import numpy as np
+    comm = zen.torch.ZenState().comm
+    scheme = zen.create_scheme("zen")
+    ids = np.array([rank], dtype=np.int64)
+    vals = np.ones((1, 2), dtype=np.float32)
+    cases = {
+        "float64 values": (10, 2, ids, vals.astype(np.float64), 1),
+        "float ids": (10, 2, np.array([1.7]), vals, 0),
+        "None values": (10, 2, ids, None, world - 1),
+        "float rows": (10.0, 2, ids, vals, 0),
+        "huge rows": (2 ** 70, 2, ids, vals, 1 % world),
+        "rows x width overflow": (2 ** 62 + 1, 4, ids, np.ones((1, 4), np.float32), 0),
+    }
+    messages = {}
+    for label, (rows, width, i, v, bad) in cases.items():
+        if rank == bad:
+            call = lambda: scheme.sync(comm, rows, width, i, v, "raw")  # noqa: E731
+        else:
+            call = lambda: scheme.sync(comm, 10, 2, ids, vals, "raw")  # noqa: E731
+        messages[label] = expect(ValueError, call)
+        # Every call is followed by a good one that must be exact.
+        out_ids, out_values = scheme.sync(comm, 10, 2, ids, vals, "raw")
+        assert out_ids.tolist() == list(range(world)), (label, out_ids)
+        assert out_values.tolist() == [[1.0, 1.0]] * world, (label, out_values)
+    # Dense: a float64 buffer on one rank, then a good call.
+    buf = np.full((3, 2), float(rank + 1), dtype=np.float64 if rank == 0 else np.float32)
+    messages["dense float64"] = expect(ValueError,
+                                       lambda: scheme.sync_dense(comm, buf, 3, 2, "rawd"))
+    good = np.full((3, 2), float(rank + 1), dtype=np.float32)
+    scheme.sync_dense(comm, good, 3, 2, "rawd")
+    assert good.tolist() == [[world * (world + 1) / 2] * 2] * 3, good
+    return messages
+
+
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
-             "mismatch": scenario_mismatch}
+             "mismatch": scenario_mismatch, "drift": scenario_drift,
+             "raw_args": scenario_raw_args}
 
 
 def main():

@@ -36,6 +36,8 @@ import datetime
 import itertools
 import math
 import os
+import sys
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -191,15 +193,23 @@ def _local_error(tensor):
     return None
 
 
+def _describe(exc):
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _sync_dense_(state, tensor, rows, width, name, scheme_id=None):
     """Sums a [rows x width]-viewable dense tensor over the ranks, in place."""
     scheme = state.scheme(scheme_id)
     error = _local_error(tensor)
     if error:
         scheme.reject(state.comm, rows, width, name, error)
-    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    try:
+        work = tensor if tensor.is_contiguous() else tensor.contiguous()
+        array = work.detach().view(-1).numpy()
+    except Exception as e:  # every rank must hear of it (see _sync_sparse)
+        scheme.reject(state.comm, rows, width, name, _describe(e))
     with torch.no_grad():
-        scheme.sync_dense(state.comm, work.detach().view(-1).numpy(), rows, width, name)
+        scheme.sync_dense(state.comm, array, rows, width, name)
         if work is not tensor:
             tensor.copy_(work)
     return tensor
@@ -208,23 +218,31 @@ def _sync_dense_(state, tensor, rows, width, name, scheme_id=None):
 def _sync_sparse(state, tensor, name, scheme_id=None):
     """The coalesced global sum of a sparse COO tensor (a new tensor)."""
     scheme = state.scheme(scheme_id)
-    sparse_dim = tensor.sparse_dim()
-    shape = tuple(tensor.shape)
-    rows = math.prod(shape[:sparse_dim])
-    width = math.prod(shape[sparse_dim:])
-    error = _local_error(tensor)
+    # Anything that fails before the C++ call is reported through the
+    # metadata exchange of the call the peers are making (scheme.reject), so
+    # that no peer pairs this call with this rank's next one.
+    rows = width = 0
+    try:
+        sparse_dim = tensor.sparse_dim()
+        shape = tuple(tensor.shape)
+        rows = math.prod(shape[:sparse_dim])
+        width = math.prod(shape[sparse_dim:])
+        error = _local_error(tensor)
+        if not error:
+            indices = tensor._indices()
+            values = tensor._values().detach().reshape(indices.shape[1], width).contiguous()
+            if sparse_dim == 1:
+                ids = indices[0]
+            else:  # row-major linear index over the sparse dimensions
+                strides = torch.tensor([math.prod(shape[k + 1:sparse_dim])
+                                        for k in range(sparse_dim)], dtype=torch.int64)
+                ids = (indices * strides.unsqueeze(1)).sum(0)
+            ids, values = ids.contiguous().numpy(), values.numpy()
+    except Exception as e:
+        error = _describe(e)
     if error:
         scheme.reject(state.comm, rows, width, name, error)
-    indices = tensor._indices()
-    values = tensor._values().detach().reshape(indices.shape[1], width).contiguous()
-    if sparse_dim == 1:
-        ids = indices[0]
-    else:  # row-major linear index over the sparse dimensions
-        strides = torch.tensor([math.prod(shape[k + 1:sparse_dim]) for k in range(sparse_dim)],
-                               dtype=torch.int64)
-        ids = (indices * strides.unsqueeze(1)).sum(0)
-    out_ids, out_values = scheme.sync(state.comm, rows, width, ids.contiguous().numpy(),
-                                      values.numpy(), name)
+    out_ids, out_values = scheme.sync(state.comm, rows, width, ids, values, name)
     out_ids = torch.from_numpy(out_ids)
     out_values = torch.from_numpy(out_values).view((out_ids.numel(),) + shape[sparse_dim:])
     if sparse_dim == 1:
@@ -239,6 +257,22 @@ def _sync_sparse(state, tensor, name, scheme_id=None):
     return result._coalesced_(True)
 
 
+def _call_site_name(depth, frames=8):
+    """'allreduce_@file.py:LINE#xxxxxxxx' for the caller `depth` frames up,
+    the suffix a checksum of the `frames` call sites above it. The same on
+    every rank running the same code, and different for calls from different
+    places (also through a shared wrapper), so that a rank that makes an
+    extra call is caught (zen.MismatchError on every rank) instead of
+    pairing its calls with the peers' next ones."""
+    frame = sys._getframe(depth)
+    top = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    sites = []
+    while frame is not None and len(sites) < frames:
+        sites.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+        frame = frame.f_back
+    return f"allreduce_@{top}#{zlib.crc32(' '.join(sites).encode()):08x}"
+
+
 def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     """Sums `tensor` over all ranks of the state's process group with zen.
 
@@ -248,10 +282,14 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     place (indices sorted, each row once: the union of all ranks' rows) and is
     returned. average=True divides by the world size. Every rank must make the
     same calls with the same shapes; otherwise zen.MismatchError is raised on
-    every rank. CPU float32 only (ValueError, on every rank, otherwise).
+    every rank. `name` identifies the call across ranks (default: the call
+    site and its callers, 'allreduce_@file.py:LINE#checksum'): a rank that makes a call the others do
+    not make raises zen.MismatchError on every rank, on that call and every
+    later one of the state's communicator, rather than pairing with the
+    peers' next call. CPU float32 only (ValueError, on every rank, otherwise).
     """
     state = _state(state)
-    name = name or "allreduce_"
+    name = name or _call_site_name(2)
     if tensor.layout == torch.sparse_coo:
         result = _sync_sparse(state, tensor, name, scheme)
         if average:
@@ -260,8 +298,9 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
             tensor.copy_(result)
         return tensor
     if tensor.layout != torch.strided:
-        raise ValueError(f"zen: tensor layout {tensor.layout} is not supported (strided or "
-                         "sparse_coo)")
+        state.scheme(scheme).reject(state.comm, 0, 0, name,
+                                    f"tensor layout {tensor.layout} is not supported (strided "
+                                    "or sparse_coo)")
     rows, width = _matrix_shape(tuple(tensor.shape))
     _sync_dense_(state, tensor, rows, width, name, scheme)
     if average:

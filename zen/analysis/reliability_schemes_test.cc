@@ -226,14 +226,15 @@ TEST_P(ReliabilitySchemesTest, BadDenseBuffersFailEveryRankThenWork) {
 // A test-only copy of the metadata message of scheme.cc (56 bytes), to make
 // a rank claim what the API cannot produce (another dtype, a corrupt magic).
 struct WireMeta {
-  uint64_t magic = 0x7A656E6D65746131ULL;
+  uint64_t magic = 0x7A656E6D65746132ULL;
   int64_t rows = 0;
   int64_t width = 0;
-  uint64_t dtype = 1;
   uint64_t scheme = 0;
   uint64_t call = 0;
-  uint64_t bad_input = 0;
+  uint64_t key = 0;    // Fnv1a of the tensor name
+  uint64_t flags = 1;  // dtype in bits 0-7 (1 = float32), bit 8 = bad input
 };
+static_assert(sizeof(WireMeta) == 56);
 
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
@@ -280,8 +281,9 @@ TEST_P(ReliabilitySchemesTest, RanksThatDisagreeFailEveryRankBeforeDataMoves) {
                    WireMeta m;
                    m.rows = kRows;
                    m.width = kWidth;
-                   m.dtype = 2;  // e.g. bfloat16
+                   m.flags = 2;  // e.g. bfloat16
                    m.scheme = Fnv1a(scheme->name());
+                   m.key = Fnv1a("emb");
                    m.call = comm.NextTag();
                    SendRawMeta(comm, m);
                    throw MismatchError(Where{comm.rank(), "emb"}, "rank 2 claimed dtype 2");
@@ -348,6 +350,59 @@ TEST_P(ReliabilitySchemesTest, CallOrderDriftFailsEveryRankOnEveryCall) {
       kTimeout);
   for (size_t c = 0; c < 2; ++c) {
     ExpectEverywhere(c, "MismatchError", odd, {"call number"}, "call order");
+  }
+}
+
+// A real drift, not a faked tag: rank 0 makes one extra call of the same
+// shape (another tensor), so its calls would pair with the peers' next ones.
+// Before the call identity was in the metadata, every call here "succeeded"
+// with the sum of different calls' tensors. Now every rank raises
+// MismatchError on the extra call and on every later one; no sum comes back.
+TEST_P(ReliabilitySchemesTest, ExtraCallOnOneRankNeverReturnsAWrongSum) {
+  const int odd = 0;
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        auto scheme = Make();
+        const std::vector<SparseTensor> in = Inputs(kRows, kWidth, 5);
+        const size_t r = static_cast<size_t>(comm.rank());
+        size_t c = 0;
+        if (comm.rank() == odd) {
+          SparseTensor extra = in[r];
+          extra.set_name("extra");
+          Record(c, comm.rank(), Capture([&] { scheme->Sync(comm, extra); }));
+        }
+        for (int call = 0; call < 3; ++call) {
+          Record(comm.rank() == odd ? ++c : c++, comm.rank(), Capture([&] {
+                   std::vector<float> buffer = in[r].ToDense();
+                   if (call == 1) {
+                     scheme->SyncDense(comm, buffer, kRows, kWidth, "emb");
+                   } else {
+                     scheme->Sync(comm, in[r]);
+                   }
+                 }));
+        }
+      },
+      kTimeout);
+  // Call 0 of every rank: the extra call of rank 0 met the peers' 'emb'.
+  for (int r = 0; r < kWorld; ++r) {
+    const Outcome& o = outcomes_[0][static_cast<size_t>(r)];
+    EXPECT_EQ(o.kind, "MismatchError") << "rank " << r << ": " << o.what;
+    EXPECT_TRUE(Has(o.what, "rank " + std::to_string(r) + ", tensor '" +
+                                (r == odd ? "extra" : "emb") + "'"))
+        << o.what;
+    EXPECT_TRUE(Has(o.what, "another identity")) << o.what;
+    EXPECT_TRUE(Has(o.what, "rank " + std::to_string(r == odd ? 1 : odd))) << o.what;
+  }
+  // Every later call of every rank raises too (rank 0 has one call more,
+  // recorded at index 3).
+  for (size_t c = 1; c < 4; ++c) {
+    for (int r = 0; r < kWorld; ++r) {
+      if (c == 3 && r != odd) continue;
+      const Outcome& o = outcomes_[c][static_cast<size_t>(r)];
+      EXPECT_EQ(o.kind, "MismatchError") << "call " << c << ", rank " << r << ": " << o.what;
+      EXPECT_TRUE(Has(o.what, "out of step")) << o.what;
+    }
   }
 }
 

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace zen {
@@ -103,6 +104,16 @@ class Communicator {
   // they issue the same sequence of calls.
   Tag NextTag() { return next_tag_++; }
 
+  // Set when the metadata exchange found the ranks out of step (one made a
+  // call the others did not): calls can no longer be paired, so every later
+  // Scheme call on this communicator raises MismatchError naming `reason`.
+  // Empty while in step. Not thread-safe (calls on one communicator are
+  // made one at a time).
+  void MarkOutOfStep(std::string reason) {
+    if (out_of_step_.empty()) out_of_step_ = std::move(reason);
+  }
+  const std::string& out_of_step() const { return out_of_step_; }
+
   const ByteCounters& counters() const { return counters_; }
   void ResetCounters() { counters_.Reset(); }
 
@@ -117,6 +128,7 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   ByteCounters counters_;
   Tag next_tag_ = 1;
+  std::string out_of_step_;
 };
 
 // Views of trivially copyable arrays as bytes.

@@ -2,44 +2,61 @@
 
 #include <array>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 
 namespace zen {
 namespace {
 
-constexpr uint64_t kMetaMagic = 0x7A656E6D65746131ULL;  // "zenmeta1"
+constexpr uint64_t kMetaMagic = 0x7A656E6D65746132ULL;  // "zenmeta2"
 constexpr uint64_t kDtypeF32 = 1;
+constexpr uint64_t kBadInputFlag = uint64_t{1} << 8;
 
-// FNV-1a: a stable fingerprint of the scheme name for the exchange.
+// FNV-1a: a stable fingerprint of a scheme id or a call's identity.
 uint64_t Fingerprint(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
   for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
   return h;
 }
 
+// The identity of a call whose tensor has no name: it matches any other
+// (an unnamed call carries nothing to compare).
+constexpr uint64_t kNoIdentity = 0;
+
+uint64_t Identity(std::string_view tensor) {
+  if (tensor.empty()) return kNoIdentity;
+  const uint64_t h = Fingerprint(tensor);
+  return h == kNoIdentity ? 1 : h;
+}
+
+// The record every rank sends every other rank before data moves (56 bytes).
 struct Meta {
   uint64_t magic;
   int64_t rows;
   int64_t width;
-  uint64_t dtype;
-  uint64_t scheme;
-  uint64_t call;
-  uint64_t bad_input;
+  uint64_t scheme;  // Fingerprint(scheme id)
+  uint64_t call;    // the communicator's call number (NextTag)
+  uint64_t key;     // Fingerprint(the call's identity: tensor or bucket name)
+  uint64_t flags;   // bits 0-7: dtype; bit 8: this rank rejected its input
 };
+static_assert(sizeof(Meta) == 56, "the cost model counts 56 bytes per peer");
 
 std::string Describe(const Meta& m, int rank) {
   return detail::Concat("rank ", rank, " has rows=", m.rows, " width=", m.width,
                         " call=", m.call);
 }
 
-// The first field in which `other` differs from `mine`, or empty.
-std::string Difference(const Meta& mine, const Meta& other) {
-  if (other.magic != kMetaMagic) return "a corrupt metadata message";
-  if (other.scheme != mine.scheme) return "a different scheme";
-  if (other.rows != mine.rows) return detail::Concat("rows ", other.rows, " vs ", mine.rows);
-  if (other.width != mine.width) return detail::Concat("width ", other.width, " vs ", mine.width);
-  if (other.dtype != mine.dtype) return "a different dtype";
+// Whether `other` is in another call than `mine` (ranks out of step): the
+// call's identity or the call number differ. Empty when in step.
+std::string Drift(const Meta& mine, const Meta& other, std::string_view tensor) {
+  if (other.key != mine.key && other.key != kNoIdentity && mine.key != kNoIdentity) {
+    return detail::Concat("a call with another identity than this rank's '", tensor,
+                          "' (ranks issued different sequences of calls: one made a call the "
+                          "others did not, or calls in another order)");
+  }
   if (other.call != mine.call) {
     return detail::Concat("call number ", other.call, " vs ", mine.call,
                           " (ranks issued different sequences of collective calls)");
@@ -47,14 +64,37 @@ std::string Difference(const Meta& mine, const Meta& other) {
   return {};
 }
 
+// The first field, of a call in step, in which `other` differs from `mine`.
+std::string Difference(const Meta& mine, const Meta& other) {
+  if (other.scheme != mine.scheme) return "a different scheme";
+  if (other.rows != mine.rows) return detail::Concat("rows ", other.rows, " vs ", mine.rows);
+  if (other.width != mine.width) return detail::Concat("width ", other.width, " vs ", mine.width);
+  if ((other.flags & 0xff) != (mine.flags & 0xff)) return "a different dtype";
+  return {};
+}
+
+// Rank r's record.
+const Meta& At(const std::vector<Meta>& all, int r) { return all[static_cast<size_t>(r)]; }
+
 }  // namespace
 
 Support Scheme::supports(const SparsityProfile&) const { return Support::Yes(); }
 
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
                      std::string_view tensor, const std::string& local_error) {
-  const Meta mine{kMetaMagic, rows,  width, kDtypeF32, Fingerprint(scheme), comm.NextTag(),
-                  local_error.empty() ? 0u : 1u};
+  const Where where{comm.rank(), tensor};
+  if (!comm.out_of_step().empty()) {
+    // Pairing this call with whatever the peers send now would sum tensors
+    // of different calls. Every rank saw the same records, so every rank is
+    // here too and none of them waits.
+    throw MismatchError(where, "the ranks are out of step since an earlier call (",
+                        comm.out_of_step(),
+                        "); this communicator cannot pair calls any more: build a new one");
+  }
+  const Meta mine{kMetaMagic,     rows,
+                  width,          Fingerprint(scheme),
+                  comm.NextTag(), Identity(tensor),
+                  kDtypeF32 | (local_error.empty() ? 0 : kBadInputFlag)};
   const int n = comm.size();
   std::vector<Meta> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm.rank())] = mine;
@@ -70,44 +110,101 @@ void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, 
                                 std::span<const std::byte>(self, sizeof(Meta))));
   }
   for (auto& r : pending) r->Wait();
-  const Where where{comm.rank(), tensor};
+  // A corrupt record says nothing about the call it belongs to.
+  for (int r = 0; r < n; ++r) {
+    if (At(all, r).magic != kMetaMagic) {
+      throw MismatchError(where, "ranks disagree before '", scheme, "': rank ", r,
+                          " sent a corrupt metadata message");
+    }
+  }
+  // Out of step first: then nothing else in the records can be compared, and
+  // every later call would pair the wrong calls, so the communicator is
+  // marked and refuses them (on every rank: all saw the same records).
+  for (int r = 0; r < n; ++r) {
+    const std::string drift = Drift(mine, At(all, r), tensor);
+    if (!drift.empty()) {
+      const std::string why = detail::Concat("rank ", r, " was in ", drift);
+      comm.MarkOutOfStep(why);
+      throw MismatchError(where, "ranks disagree before '", scheme, "': ", why, "; ",
+                          Describe(At(all, r), r), ", ", Describe(mine, comm.rank()));
+    }
+  }
   if (!local_error.empty()) throw InvalidArgument(where, local_error);
   for (int r = 0; r < n; ++r) {
-    if (all[static_cast<size_t>(r)].bad_input && all[static_cast<size_t>(r)].magic == kMetaMagic) {
+    if (At(all, r).flags & kBadInputFlag) {
       throw InvalidArgument(where, "rank ", r, " rejected its input for scheme '", scheme,
                             "' (see that rank's error)");
     }
   }
   for (int r = 0; r < n; ++r) {
-    const std::string diff = Difference(mine, all[static_cast<size_t>(r)]);
+    const std::string diff = Difference(mine, At(all, r));
     if (!diff.empty()) {
       throw MismatchError(where, "ranks disagree before '", scheme, "': rank ", r, " sent ", diff,
-                          "; ", Describe(all[static_cast<size_t>(r)], r), ", ",
-                          Describe(mine, comm.rank()));
+                          "; ", Describe(At(all, r), r), ", ", Describe(mine, comm.rank()));
     }
   }
 }
 
-SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local) {
-  std::string error;
-  if (local.rows() < 1 || local.width() < 1) {
-    error = detail::Concat("shape [", local.rows(), ", ", local.width(),
-                           "] is invalid: rows and width must be >= 1");
+void Scheme::Reject(Communicator& comm, int64_t rows, int64_t width, std::string_view tensor,
+                    const std::string& error) {
+  if (check_agreement_) {
+    try {
+      CheckRanksAgree(comm, name(), rows, width, tensor, error);
+    } catch (const InvalidArgument&) {  // ours, rethrown below without the prefix twice
+    }
   }
+  throw InvalidArgument(Where{comm.rank(), tensor}, error);
+}
+
+namespace {
+
+// What is wrong with a [rows x width] shape, or empty.
+std::string ShapeError(int64_t rows, int64_t width) {
+  if (rows < 1 || width < 1) {
+    return detail::Concat("shape [", rows, ", ", width,
+                          "] is invalid: rows and width must be >= 1");
+  }
+  int64_t elements = 0;
+  if (!TryMul(rows, width, elements)) {
+    return detail::Concat("shape [", rows, ", ", width, "]: rows x width overflows int64");
+  }
+  return {};
+}
+
+// Runs a scheme's data phase; memory exhaustion and impossible lengths from
+// the standard library become zen errors that name rank and tensor.
+template <typename Fn>
+auto Guarded(const Where& where, std::string_view scheme, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw InvalidArgument(where, "scheme '", scheme,
+                          "' ran out of memory (std::bad_alloc) for this input; a scheme whose "
+                          "memory follows the non-zeros (zen, agsparse, sparcml) may fit");
+  } catch (const std::length_error& e) {
+    throw InvalidArgument(where, "scheme '", scheme, "' cannot size a buffer for this input (",
+                          e.what(), ")");
+  }
+}
+
+}  // namespace
+
+SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local) {
+  const std::string error = ShapeError(local.rows(), local.width());
   if (check_agreement_) {
     CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error);
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
-  return DoSync(comm, local);
+  return Guarded(Where{comm.rank(), local.name()}, name(), [&] { return DoSync(comm, local); });
 }
 
 void Scheme::SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
                        std::string_view tensor) {
-  std::string error;
-  if (rows < 1 || width < 1) {
-    error = detail::Concat("shape [", rows, ", ", width, "] is invalid: rows and width must be >= 1");
-  } else if (buffer.size() != static_cast<size_t>(rows) * static_cast<size_t>(width)) {
+  std::string error = ShapeError(rows, width);
+  if (error.empty() && buffer.size() != static_cast<size_t>(rows) * static_cast<size_t>(width)) {
     error = detail::Concat("dense buffer has ", buffer.size(), " floats, expected rows ", rows,
                            " x width ", width);
   }
@@ -116,7 +213,8 @@ void Scheme::SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), tensor}, error);
   }
-  DoSyncDense(comm, buffer, rows, width, tensor);
+  Guarded(Where{comm.rank(), tensor}, name(),
+          [&] { DoSyncDense(comm, buffer, rows, width, tensor); });
 }
 
 void Scheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,

@@ -65,15 +65,28 @@ class Scheme {
   virtual std::string_view description() const = 0;
   virtual Support supports(const SparsityProfile& profile) const;
 
-  // The global sum of `local` over all ranks of comm. Throws InvalidArgument
-  // for a bad local tensor, MismatchError when ranks disagree (on every
-  // rank), TransportError when the network fails.
+  // The global sum of `local` over all ranks of comm. `local.name()` is the
+  // call's identity: ranks must make the same calls, with the same names, in
+  // the same order (see CheckRanksAgree). Throws InvalidArgument for a bad
+  // local tensor (also for a shape whose rows x width overflows, and for
+  // memory exhaustion), MismatchError when ranks disagree (on every rank),
+  // TransportError when the network fails.
   SparseTensor Sync(Communicator& comm, const SparseTensor& local);
 
   // Dense-buffer entry: buffer is [rows x width] row-major; rows that are
   // all zero are not sent; the global sum is written back into buffer.
+  // `tensor` is the call's identity, as local.name() is for Sync.
   void SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
                  std::string_view tensor = {});
+
+  // Takes part in the metadata exchange of the call the peers are making,
+  // with `error` as this rank's reason to refuse it, then throws
+  // InvalidArgument(error) here; the peers raise InvalidArgument too. For
+  // input that cannot even be built into a SparseTensor or buffer (the
+  // bindings use it for argument conversion failures), so that no peer pairs
+  // this call with its next one.
+  [[noreturn]] void Reject(Communicator& comm, int64_t rows, int64_t width,
+                           std::string_view tensor, const std::string& error);
 
   // The metadata exchange before data moves (on by default). A scheme that
   // delegates to another (auto) turns it off on the delegate.
@@ -97,11 +110,22 @@ class Scheme {
 // drifted apart in call order.
 inline constexpr Tag kControlTag = 0;
 
-// Exchanges (rows, width, dtype, scheme, call number, local error flag) with
-// all ranks and throws on every rank if any differ: MismatchError naming the
-// first disagreeing rank and both values, or InvalidArgument when some rank
-// reported bad local input (`local_error`, empty when fine). Sends
-// (n-1) x 56 bytes per rank. Called by Sync/SyncDense.
+// Exchanges a 56-byte record (rows, width, dtype, scheme, call number, the
+// call's identity, local error flag) with all ranks and throws on every rank
+// if any differ:
+//   - MismatchError when ranks are out of step: another call identity (the
+//     tensor or bucket name, FNV-1a; an empty name matches any) or another
+//     call number. A rank that made
+//     an extra call, or skipped one, would otherwise pair its calls with the
+//     peers' next ones and return a wrong sum. The communicator is then
+//     marked (Communicator::out_of_step) and every later exchange on it
+//     raises MismatchError at once, on every rank: build a new communicator.
+//   - InvalidArgument when some rank reported bad local input (`local_error`,
+//     empty when fine); the communicator stays usable.
+//   - MismatchError naming the first disagreeing rank and both values when
+//     ranks are in step but disagree on scheme, rows, width or dtype; the
+//     communicator stays usable.
+// Sends (n-1) x 56 bytes per rank. Called by Sync/SyncDense/Reject.
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
                      std::string_view tensor, const std::string& local_error = {});
 
