@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Trains a small language model with a large vocabulary on GCIDE text with
 DistributedDataParallel, synchronizing gradients with zen or with plain Gloo.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Captures real sparse gradients of a small language model as a zen-trace/1 file.
 
 What it does (docs/workloads.md has the figures, docs/trace-format.md the format):

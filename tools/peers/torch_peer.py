@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One rank of `zen bench --peers`: PyTorch's dist.all_reduce over Gloo on the
 workload zen's schemes ran, with zen's timing rules and correctness check.
 

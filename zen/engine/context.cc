@@ -1,0 +1,252 @@
+#include "zen/engine/context.h"
+
+#include <sstream>
+#include <utility>
+
+#include "zen/analysis/auto_scheme.h"
+#include "zen/comm/collectives.h"
+#include "zen/core/checked.h"
+#include "zen/core/error.h"
+
+namespace zen {
+namespace {
+
+// FNV-1a over the bytes of a string.
+uint64_t Mix(uint64_t h, std::string_view s) {
+  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  return (h ^ 0xff) * 1099511628211ULL;  // a separator, so "ab"+"c" != "a"+"bc"
+}
+
+const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback) {
+  return t.scheme.empty() ? fallback : t.scheme;
+}
+
+// One line per tensor: what the ranks must agree on.
+std::string Describe(const BatchTensor& t, const std::string& fallback) {
+  std::ostringstream os;
+  os << "'" << t.name << "' " << (t.kind == BatchTensor::Kind::kDense ? "dense" : "sparse") << " ["
+     << t.rows << " x " << t.width << "] scheme " << SchemeOf(t, fallback);
+  return os.str();
+}
+
+// What is wrong with this rank's tensor, or empty (checked before the
+// metadata round, so that every rank hears of it).
+std::string LocalError(const BatchTensor& t, const std::string& scheme,
+                       const SchemeRegistry& registry) {
+  if (!t.error.empty()) return t.error;
+  if (!registry.Find(scheme)) return "unknown scheme '" + scheme + "'";
+  if (t.rows < 1 || t.width < 1) {
+    return detail::Concat("shape [", t.rows, ", ", t.width,
+                          "] is invalid: rows and width must be >= 1");
+  }
+  int64_t elements = 0;
+  if (!TryMul(t.rows, t.width, elements)) {
+    return detail::Concat("shape [", t.rows, ", ", t.width, "]: rows x width overflows int64");
+  }
+  if (t.kind == BatchTensor::Kind::kDense) {
+    if (t.dense.size() != static_cast<size_t>(elements)) {
+      return detail::Concat("dense buffer has ", t.dense.size(), " floats, expected rows ", t.rows,
+                            " x width ", t.width);
+    }
+  } else {
+    if (t.sparse == nullptr || t.sparse_out == nullptr) {
+      return "a sparse batch tensor needs an input and an output";
+    }
+    if (t.sparse->rows() != t.rows || t.sparse->width() != t.width) {
+      return detail::Concat("sparse input has shape [", t.sparse->rows(), ", ", t.sparse->width(),
+                            "], the batch entry says [", t.rows, ", ", t.width, "]");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+BatchTensor BatchTensor::Dense(std::string name, std::span<float> buffer, int64_t rows,
+                               int64_t width) {
+  BatchTensor t;
+  t.kind = Kind::kDense;
+  t.name = std::move(name);
+  t.rows = rows;
+  t.width = width;
+  t.dense = buffer;
+  return t;
+}
+
+BatchTensor BatchTensor::Sparse(std::string name, const SparseTensor& input, SparseTensor* out) {
+  BatchTensor t;
+  t.kind = Kind::kSparse;
+  t.name = std::move(name);
+  t.rows = input.rows();
+  t.width = input.width();
+  t.sparse = &input;
+  t.sparse_out = out;
+  return t;
+}
+
+void CheckBatchAgree(Communicator& comm, std::string_view batch,
+                     std::span<const BatchTensor> tensors, const std::string& default_scheme) {
+  const SchemeRegistry registry = AllSchemes();
+  std::string error;
+  uint64_t fingerprint = 1469598103934665603ULL;
+  for (const BatchTensor& t : tensors) {
+    const std::string& scheme = SchemeOf(t, default_scheme);
+    if (error.empty()) {
+      const std::string why = LocalError(t, scheme, registry);
+      if (!why.empty()) error = "tensor '" + t.name + "': " + why;
+    }
+    fingerprint = Mix(fingerprint, Describe(t, default_scheme));
+  }
+  try {
+    // rows = the number of tensors, width = the fingerprint of their
+    // descriptions: any difference is a MismatchError on every rank.
+    CheckRanksAgree(comm, "batch", static_cast<int64_t>(tensors.size()),
+                    static_cast<int64_t>(fingerprint >> 1), batch, error);
+  } catch (const MismatchError&) {
+    if (!comm.out_of_step().empty()) throw;  // another call: nothing to compare
+    // In step but different tensors: a second round says which one (only on
+    // this error path, so the common case stays one round).
+    std::string mine;
+    for (const BatchTensor& t : tensors) mine += Describe(t, default_scheme) + "\n";
+    const std::vector<ByteBuffer> all =
+        AllGatherV(comm, std::as_bytes(std::span(mine.data(), mine.size())), int64_t{1} << 20);
+    const Where where{comm.rank(), batch};
+    for (int r = 0; r < comm.size(); ++r) {
+      const ByteBuffer& b = all[static_cast<size_t>(r)];
+      const std::string theirs(reinterpret_cast<const char*>(b.data()), b.size());
+      if (theirs == mine) continue;
+      std::istringstream a(mine), o(theirs);
+      std::string la, lo;
+      for (size_t i = 0;; ++i) {
+        const bool ha = static_cast<bool>(std::getline(a, la));
+        const bool ho = static_cast<bool>(std::getline(o, lo));
+        if (!ha && !ho) break;
+        if (ha && ho && la == lo) continue;
+        throw MismatchError(where, "ranks disagree on the batch: tensor ", i, " is ",
+                            ho ? lo : std::string("missing"), " on rank ", r, " but ",
+                            ha ? la : std::string("missing"), " on rank ", comm.rank());
+      }
+    }
+    throw;
+  }
+}
+
+void Handle::Wait() const {
+  if (!state_) throw InvalidArgument("zen::Handle::Wait on an empty handle");
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Handle::Test() const {
+  if (!state_) return false;
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+Context::Context(std::unique_ptr<Communicator> comm, ContextOptions options)
+    : owned_(std::move(comm)), comm_(owned_.get()), options_(std::move(options)) {
+  if (!comm_) throw InvalidArgument("zen::Context needs a communicator");
+  Init();
+}
+
+Context::Context(Communicator& comm, ContextOptions options)
+    : comm_(&comm), options_(std::move(options)) {
+  Init();
+}
+
+void Context::Init() {
+  if (!AllSchemes().Find(options_.scheme)) {
+    throw InvalidArgument(Where{comm_->rank()}, "unknown scheme '", options_.scheme, "'");
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+Context::~Context() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Handle Context::Start(std::string name, std::vector<BatchTensor>& tensors,
+                      std::function<void(std::exception_ptr)> on_done) {
+  auto state = std::make_shared<Handle::State>();
+  state->on_done = std::move(on_done);
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) throw InvalidArgument("zen::Context::Start after destruction began");
+    queue_.push_back(Job{std::move(name), &tensors, state});
+  }
+  cv_.notify_one();
+  return Handle(state);
+}
+
+void Context::Sync(std::string name, std::vector<BatchTensor>& tensors) {
+  Start(std::move(name), tensors).Wait();
+}
+
+void Context::Drain() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+Scheme& Context::scheme(const std::string& id) {
+  std::lock_guard lock(schemes_mu_);
+  auto it = schemes_.find(id);
+  if (it == schemes_.end()) {
+    std::unique_ptr<Scheme> s = AllSchemes().Create(id, options_.scheme_options);
+    s->set_check_agreement(false);  // the batch's round did it
+    it = schemes_.emplace(id, std::move(s)).first;
+  }
+  return *it->second;
+}
+
+void Context::Run() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    std::exception_ptr error;
+    try {
+      Execute(job);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard lock(job.state->mu);
+      job.state->done = true;
+      job.state->error = error;
+    }
+    job.state->cv.notify_all();
+    if (job.state->on_done) job.state->on_done(error);
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void Context::Execute(const Job& job) {
+  std::vector<BatchTensor>& tensors = *job.tensors;
+  CheckBatchAgree(*comm_, job.name, tensors, options_.scheme);
+  for (BatchTensor& t : tensors) {
+    Scheme& s = scheme(SchemeOf(t, options_.scheme));
+    if (t.kind == BatchTensor::Kind::kDense) {
+      s.SyncDense(*comm_, t.dense, t.rows, t.width, t.name);
+    } else {
+      *t.sparse_out = s.Sync(*comm_, *t.sparse);
+    }
+  }
+}
+
+}  // namespace zen

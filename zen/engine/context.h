@@ -1,0 +1,176 @@
+// zen/engine/context.h — asynchronous, batched synchronization: what a
+// training framework calls from its backward pass.
+//
+// A Context owns a communicator, the schemes it has created and one progress
+// thread. Start() queues a batch of tensors (a DDP bucket: several
+// parameters of different shapes, dense or sparse) and returns at once with
+// a Handle; the progress thread synchronizes queued batches one after the
+// other, in Start() order, which is the same on every rank. No thread is
+// created per call.
+//
+// One batch is one collective call: a single metadata round checks, on every
+// rank, that all ranks are in the same call (the batch's name), with the
+// same tensors (names, shapes, schemes) and that no rank rejected its input;
+// then each tensor's data moves with the scheme chosen for it, without a
+// metadata round of its own. A disagreement is raised on every rank, naming
+// the first tensor that differs. As with Scheme::Sync, a batch that is out
+// of step with the peers' (one rank started a batch the others did not)
+// marks the communicator and every later batch fails too.
+//
+// Tensors are borrowed: a dense buffer is summed in place, a sparse input is
+// read, and its sum is written to `sparse_out`; all must stay alive and
+// untouched until the handle completes. Errors are the library's
+// (InvalidArgument, MismatchError, FormatError, TransportError), raised by
+// Handle::Wait().
+//
+// Usage:
+//   zen::Context ctx(std::move(comm));   // ContextOptions: scheme "auto" by default
+//   std::vector<float> grad_a(rows_a * width_a), grad_b(n_b);
+//   zen::SparseTensor emb = ...;     // this rank's embedding gradient
+//   zen::SparseTensor emb_sum;
+//   std::vector<zen::BatchTensor> bucket = {
+//       zen::BatchTensor::Dense("fc.weight", grad_a, rows_a, width_a),
+//       zen::BatchTensor::Dense("fc.bias", grad_b, n_b, 1),
+//       zen::BatchTensor::Sparse("emb.weight", emb, &emb_sum)};
+//   zen::Handle h = ctx.Start("bucket0", bucket);
+//   ...                                 // compute goes on
+//   h.Wait();                           // grad_a, grad_b and emb_sum hold the sums
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "zen/comm/communicator.h"
+#include "zen/core/sparse_tensor.h"
+#include "zen/schemes/scheme.h"
+
+namespace zen {
+
+// One tensor of a batch.
+struct BatchTensor {
+  enum class Kind { kDense, kSparse };
+  Kind kind = Kind::kDense;
+  std::string name;  // the tensor's identity; the same on every rank
+  int64_t rows = 0;
+  int64_t width = 0;
+  std::span<float> dense;                // kDense: [rows x width], summed in place
+  const SparseTensor* sparse = nullptr;  // kSparse: this rank's input
+  SparseTensor* sparse_out = nullptr;    // kSparse: receives the sum
+  std::string scheme;                    // empty: the context's scheme
+  // Set when this rank cannot synchronize the tensor (e.g. an unsupported
+  // dtype seen by a binding): every rank then raises InvalidArgument for
+  // the batch, this rank with this message.
+  std::string error;
+
+  static BatchTensor Dense(std::string name, std::span<float> buffer, int64_t rows,
+                           int64_t width);
+  static BatchTensor Sparse(std::string name, const SparseTensor& input, SparseTensor* out);
+};
+
+struct ContextOptions {
+  std::string scheme = "auto";  // default scheme id for tensors that name none
+  SchemeOptions scheme_options;
+};
+
+// The completion of one Start(). Copyable; all copies see the same state.
+class Handle {
+ public:
+  Handle() = default;
+  // Blocks until the batch is done; rethrows its error (on every call).
+  void Wait() const;
+  // True once the batch is done (successfully or not); never blocks.
+  bool Test() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  friend class Context;
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+    std::function<void(std::exception_ptr)> on_done;
+  };
+  explicit Handle(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  std::shared_ptr<State> state_;
+};
+
+class Context {
+ public:
+  // Takes the communicator; starts the progress thread. InvalidArgument for
+  // an unknown scheme id.
+  explicit Context(std::unique_ptr<Communicator> comm, ContextOptions options = {});
+  // Borrows a communicator that outlives the context (tests, bindings that
+  // share one communicator).
+  explicit Context(Communicator& comm, ContextOptions options = {});
+  // Finishes the queued batches, then joins the progress thread.
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Queues `tensors` as one collective call named `name` (the batch's
+  // identity, the same on every rank). `tensors` (the vector and what its
+  // entries point to) must stay valid until the handle completes.
+  // `on_done`, if set, runs on the progress thread when the batch
+  // completes, with its error or nullptr (a binding completes its future
+  // there); it must not throw.
+  Handle Start(std::string name, std::vector<BatchTensor>& tensors,
+               std::function<void(std::exception_ptr)> on_done = {});
+
+  // Start(...).Wait().
+  void Sync(std::string name, std::vector<BatchTensor>& tensors);
+
+  // Blocks until every batch started so far is done.
+  void Drain();
+
+  Communicator& comm() { return *comm_; }
+  const ContextOptions& options() const { return options_; }
+
+  // The scheme object the context uses for an id (created on first use);
+  // e.g. to read ZenLastStats or an auto decision. Read it only while no
+  // batch is in flight (the progress thread uses it).
+  Scheme& scheme(const std::string& id);
+
+ private:
+  struct Job {
+    std::string name;
+    std::vector<BatchTensor>* tensors;
+    std::shared_ptr<Handle::State> state;
+  };
+  void Init();
+  void Run();
+  void Execute(const Job& job);
+
+  std::unique_ptr<Communicator> owned_;
+  Communicator* comm_;
+  ContextOptions options_;
+  std::mutex schemes_mu_;
+  std::map<std::string, std::unique_ptr<Scheme>> schemes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::deque<Job> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// The batch's metadata round (what Context does before data moves):
+// exchanges one 56-byte record per rank with the batch's identity and a
+// fingerprint of its tensors' names, shapes and schemes; on a difference a
+// second round exchanges the tensors' descriptions so that every rank names
+// the first tensor that differs. Throws like CheckRanksAgree.
+void CheckBatchAgree(Communicator& comm, std::string_view batch,
+                     std::span<const BatchTensor> tensors, const std::string& default_scheme);
+
+}  // namespace zen
