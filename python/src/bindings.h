@@ -4,6 +4,7 @@
 //   BindErrors   zen::Error and its subclasses as Python exceptions
 //   BindComm     zen.Communicator and connect()/connect_url()
 //   BindSchemes  the registry and zen.Scheme (sync, sync_dense, reject)
+//   BindEngine   zen.Context and zen.Handle (asynchronous, batched calls)
 //
 // The pure-Python layer (python/zen/torch.py) is what users call; this module
 // works on numpy arrays so that it needs no libtorch headers.
@@ -16,5 +17,6 @@ namespace zen::python {
 void BindErrors(pybind11::module_& m);
 void BindComm(pybind11::module_& m);
 void BindSchemes(pybind11::module_& m);
+void BindEngine(pybind11::module_& m);
 
 }  // namespace zen::python

@@ -6,4 +6,5 @@ PYBIND11_MODULE(_zen, m) {
   zen::python::BindErrors(m);
   zen::python::BindComm(m);
   zen::python::BindSchemes(m);
+  zen::python::BindEngine(m);
 }

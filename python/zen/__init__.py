@@ -9,6 +9,9 @@ numpy arrays:
     scheme = zen.create_scheme(zen.default_scheme())
     ids, values = scheme.sync(comm, rows, width, ids, values)  # global sum, coalesced
     scheme.sync_dense(comm, buffer, rows, width)                # in place, zero rows skipped
+    ctx = zen.Context(comm)                                     # asynchronous, batched
+    h = ctx.start("bucket0", [("dense", "w", buffer, rows, width)])
+    h.wait()
 
 Errors: ``ValueError`` for bad input (zen::InvalidArgument); ``zen.MismatchError``
 (ranks disagree), ``zen.FormatError`` (undecodable bytes) and
@@ -18,8 +21,10 @@ Errors: ``ValueError`` for bad input (zen::InvalidArgument); ``zen.MismatchError
 
 from zen._zen import (  # noqa: F401  (re-exported)
     Communicator,
+    Context,
     Error,
     FormatError,
+    Handle,
     MismatchError,
     Scheme,
     TransportError,
@@ -30,14 +35,17 @@ from zen._zen import (  # noqa: F401  (re-exported)
     schemes,
 )
 
-for _cls in (Communicator, Error, FormatError, MismatchError, Scheme, TransportError):
+for _cls in (Communicator, Context, Error, FormatError, Handle, MismatchError, Scheme,
+             TransportError):
     _cls.__module__ = "zen"
 del _cls
 
 __all__ = [
     "Communicator",
+    "Context",
     "Error",
     "FormatError",
+    "Handle",
     "MismatchError",
     "Scheme",
     "TransportError",

@@ -1,0 +1,262 @@
+// zen.Context: asynchronous, batched synchronization over numpy arrays (see
+// zen/engine/context.h). zen.torch's DDP hook starts one batch per bucket and
+// completes its torch future from `on_done`, which runs on the context's
+// progress thread with the GIL held.
+//
+//   ctx = zen.Context(comm, scheme="auto")
+//   h = ctx.start("bucket0", [
+//       ("dense", "fc.weight", array, rows, width),       # summed in place
+//       ("sparse", "emb.weight", rows, width, ids, values),
+//       ("reject", "x", rows, width, "why this rank cannot take part")],
+//       on_done=lambda handle: ...)
+//   sums = h.wait()   # [(ids, values)] of the sparse items, in order
+//
+// Every item's problem (dtype, layout, ids that are not integers) is put on
+// the item rather than raised here, so that it travels through the batch's
+// metadata round and every rank raises for the batch.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "zen/core/checked.h"
+#include "zen/core/error.h"
+#include "zen/engine/context.h"
+
+namespace py = pybind11;
+
+namespace zen::python {
+namespace {
+
+std::string TypeName(const py::handle& h) {
+  return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>();
+}
+
+// Everything one batch needs until it completes. Python objects in here are
+// only touched with the GIL held.
+struct PyBatch {
+  std::vector<BatchTensor> tensors;
+  std::vector<py::object> keep;  // the dense arrays, alive until done
+  std::vector<std::unique_ptr<SparseTensor>> inputs;
+  std::vector<std::unique_ptr<SparseTensor>> outputs;
+  std::vector<int64_t> out_width;
+  py::object on_done;
+  Handle handle;
+};
+
+class PyHandle {
+ public:
+  explicit PyHandle(std::shared_ptr<PyBatch> b) : batch_(std::move(b)) {}
+
+  py::list Wait() {
+    {
+      py::gil_scoped_release release;
+      batch_->handle.Wait();
+    }
+    py::list out;
+    for (size_t i = 0; i < batch_->outputs.size(); ++i) {
+      const SparseTensor& s = *batch_->outputs[i];
+      const auto nnz = static_cast<py::ssize_t>(s.nnz());
+      py::array_t<int64_t> ids(nnz);
+      py::array_t<float> values({nnz, static_cast<py::ssize_t>(batch_->out_width[i])});
+      std::copy(s.ids().begin(), s.ids().end(), ids.mutable_data());
+      std::copy(s.values().begin(), s.values().end(), values.mutable_data());
+      out.append(py::make_tuple(ids, values));
+    }
+    return out;
+  }
+  bool Done() const { return batch_->handle.Test(); }
+
+ private:
+  std::shared_ptr<PyBatch> batch_;
+};
+
+int64_t ToInt64(const py::handle& obj, const char* what, std::string& error) {
+  if (py::isinstance<py::bool_>(obj) || !py::isinstance<py::int_>(obj)) {
+    if (error.empty()) error = std::string(what) + " must be an int, got " + TypeName(obj);
+    return 0;
+  }
+  try {
+    return obj.cast<int64_t>();
+  } catch (const py::cast_error&) {
+    if (error.empty()) error = std::string(what) + " does not fit in int64";
+    return 0;
+  }
+}
+
+// Adds one item of the Python list to the batch (never throws for a bad
+// item: its problem goes on BatchTensor::error).
+void AddItem(PyBatch& b, const py::handle& item) {
+  BatchTensor t;
+  std::string error;
+  const auto tuple = py::reinterpret_borrow<py::object>(item);
+  if (!py::isinstance<py::tuple>(tuple) || py::len(tuple) < 4) {
+    throw InvalidArgument("zen.Context.start: each item is a tuple ('dense', name, array, rows, "
+                          "width), ('sparse', name, rows, width, ids, values) or ('reject', "
+                          "name, rows, width, message)");
+  }
+  const auto kind = tuple[py::int_(0)].cast<std::string>();
+  t.name = py::str(tuple[py::int_(1)]).cast<std::string>();
+  if (kind == "dense" && py::len(tuple) == 5) {
+    t.kind = BatchTensor::Kind::kDense;
+    t.rows = ToInt64(tuple[py::int_(3)], "rows", error);
+    t.width = ToInt64(tuple[py::int_(4)], "width", error);
+    const py::object obj = tuple[py::int_(2)];
+    if (!py::isinstance<py::array>(obj)) {
+      if (error.empty()) error = "dense buffer must be a numpy array, got " + TypeName(obj);
+    } else {
+      auto a = py::reinterpret_borrow<py::array>(obj);
+      if (!a.dtype().is(py::dtype::of<float>())) {
+        if (error.empty()) {
+          error = "dense buffer has dtype " + py::str(a.dtype()).cast<std::string>() +
+                  ", zen syncs float32 only";
+        }
+      } else if (!a.writeable() || !(a.flags() & py::array::c_style)) {
+        if (error.empty()) error = "dense buffer must be writable and C-contiguous";
+      } else {
+        t.dense = std::span<float>(static_cast<float*>(a.mutable_data()),
+                                   static_cast<size_t>(a.size()));
+        b.keep.push_back(obj);
+      }
+    }
+  } else if (kind == "sparse" && py::len(tuple) == 6) {
+    t.kind = BatchTensor::Kind::kSparse;
+    t.rows = ToInt64(tuple[py::int_(2)], "rows", error);
+    t.width = ToInt64(tuple[py::int_(3)], "width", error);
+    const py::object ids_obj = tuple[py::int_(4)], values_obj = tuple[py::int_(5)];
+    std::vector<int64_t> ids;
+    std::vector<float> values;
+    if (!py::isinstance<py::array>(ids_obj) ||
+        (py::reinterpret_borrow<py::array>(ids_obj).dtype().kind() != 'i')) {
+      if (error.empty()) error = "ids must be a numpy array of signed integers";
+    } else {
+      const auto c =
+          py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids_obj);
+      ids.assign(c.data(), c.data() + c.size());
+    }
+    if (!py::isinstance<py::array>(values_obj) ||
+        !py::reinterpret_borrow<py::array>(values_obj).dtype().is(py::dtype::of<float>())) {
+      if (error.empty()) error = "values must be a numpy float32 array";
+    } else {
+      const auto c = py::array_t<float, py::array::c_style>::ensure(values_obj);
+      values.assign(c.data(), c.data() + c.size());
+    }
+    auto input = std::make_unique<SparseTensor>();
+    if (error.empty()) {
+      py::gil_scoped_release release;
+      try {
+        *input = SparseTensor::FromCoo(t.rows, t.width, std::move(ids), std::move(values),
+                                       Duplicates::kSum, t.name);
+      } catch (const InvalidArgument& e) {
+        error = e.what();
+      } catch (const std::bad_alloc&) {
+        error = "out of memory building the input tensor";
+      }
+    }
+    if (error.empty()) {
+      b.outputs.push_back(std::make_unique<SparseTensor>());
+      b.out_width.push_back(t.width);
+      t.sparse = input.get();
+      t.sparse_out = b.outputs.back().get();
+    } else {
+      // A stand-in of the declared kind: the batch fails on every rank.
+      b.outputs.push_back(std::make_unique<SparseTensor>());
+      b.out_width.push_back(t.width > 0 ? t.width : 1);
+    }
+    b.inputs.push_back(std::move(input));
+  } else if (kind == "reject" && py::len(tuple) == 5) {
+    t.rows = ToInt64(tuple[py::int_(2)], "rows", error);
+    t.width = ToInt64(tuple[py::int_(3)], "width", error);
+    error = py::str(tuple[py::int_(4)]).cast<std::string>();
+  } else {
+    throw InvalidArgument("zen.Context.start: unknown item kind '" + kind + "' or wrong length");
+  }
+  t.error = std::move(error);
+  b.tensors.push_back(std::move(t));
+}
+
+PyHandle Start(Context& ctx, const std::string& name, const py::list& items,
+               py::object on_done) {
+  auto batch = std::make_shared<PyBatch>();
+  batch->tensors.reserve(py::len(items));
+  for (const py::handle& item : items) AddItem(*batch, item);
+  batch->on_done = std::move(on_done);
+  // The callback owns a reference to the batch until it has run; it drops
+  // it (and so the arrays) with the GIL held.
+  std::function<void(std::exception_ptr)> done = [batch](std::exception_ptr) mutable {
+    if (_Py_IsFinalizing()) {  // the interpreter is going away: touch nothing
+      new std::shared_ptr<PyBatch>(std::move(batch));  // leaked on purpose
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    if (batch->on_done && !batch->on_done.is_none()) {
+      try {
+        batch->on_done(PyHandle(batch));
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("zen.Context on_done callback");
+      }
+    }
+    batch->on_done = py::none();
+    batch->keep.clear();
+    batch.reset();
+  };
+  {
+    py::gil_scoped_release release;
+    batch->handle = ctx.Start(name, batch->tensors, std::move(done));
+  }
+  return PyHandle(batch);
+}
+
+// Deleting a context joins its progress thread, which may need the GIL for
+// a callback: let go of it meanwhile.
+struct ReleasingDelete {
+  void operator()(Context* c) const {
+    py::gil_scoped_release release;
+    delete c;
+  }
+};
+
+}  // namespace
+
+void BindEngine(py::module_& m) {
+  py::class_<PyHandle>(m, "Handle", "The completion of zen.Context.start().")
+      .def("wait", &PyHandle::Wait,
+           "Blocks until the batch is done (GIL released); returns [(ids, values)] of its "
+           "sparse items in order; raises the batch's error on every call.")
+      .def("done", &PyHandle::Done, "True once the batch is done; never blocks.");
+
+  py::class_<Context, std::unique_ptr<Context, ReleasingDelete>>(
+      m, "Context",
+      "Asynchronous, batched synchronization on one progress thread (zen/engine/context.h). "
+      "Batches run in start() order, which must be the same on every rank.")
+      .def(py::init([](Communicator& comm, const std::string& scheme, int threads,
+                       std::optional<uint64_t> seed) {
+             ContextOptions o;
+             o.scheme = scheme;
+             o.scheme_options.threads = threads;
+             if (seed) o.scheme_options.seed = *seed;
+             return std::unique_ptr<Context, ReleasingDelete>(new Context(comm, o));
+           }),
+           py::arg("comm"), py::kw_only(), py::arg("scheme") = "auto", py::arg("threads") = 0,
+           py::arg("seed") = std::nullopt, py::keep_alive<1, 2>())
+      .def("start", &Start, py::arg("name"), py::arg("items"), py::arg("on_done") = py::none(),
+           "Queues one batch; returns a zen.Handle at once. on_done(handle), if given, runs on "
+           "the progress thread (GIL held) when the batch completes.")
+      .def(
+          "drain",
+          [](Context& c) {
+            py::gil_scoped_release release;
+            c.Drain();
+          },
+          "Blocks until every batch started so far is done.")
+      .def_property_readonly("comm", [](Context& c) -> Communicator& { return c.comm(); },
+                             py::return_value_policy::reference_internal);
+}
+
+}  // namespace zen::python
