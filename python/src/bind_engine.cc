@@ -6,14 +6,17 @@
 //   ctx = zen.Context(comm, scheme="auto")
 //   h = ctx.start("bucket0", [
 //       ("dense", "fc.weight", array, rows, width),       # summed in place
-//       ("sparse", "emb.weight", rows, width, ids, values),
+//       ("sparse", "emb.weight", rows, width, ids, values, {"scheme": "zen"}),
 //       ("reject", "x", rows, width, "why this rank cannot take part")],
 //       on_done=lambda handle: ...)
 //   sums = h.wait()   # [(ids, values)] of the sparse items, in order
 //
 // Every item's problem (dtype, layout, ids that are not integers) is put on
 // the item rather than raised here, so that it travels through the batch's
-// metadata round and every rank raises for the batch.
+// metadata round and every rank raises for the batch. A dense or sparse item
+// may end with a dict of options: "scheme" (this tensor's scheme id) and
+// "dtype" (the caller's dtype before conversion to float32, compared across
+// ranks).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -96,14 +99,27 @@ void AddItem(PyBatch& b, const py::handle& item) {
   BatchTensor t;
   std::string error;
   const auto tuple = py::reinterpret_borrow<py::object>(item);
-  if (!py::isinstance<py::tuple>(tuple) || py::len(tuple) < 4) {
+  if (!py::isinstance<py::tuple>(tuple) || py::len(tuple) < 5) {
     throw InvalidArgument("zen.Context.start: each item is a tuple ('dense', name, array, rows, "
                           "width), ('sparse', name, rows, width, ids, values) or ('reject', "
                           "name, rows, width, message)");
   }
   const auto kind = tuple[py::int_(0)].cast<std::string>();
   t.name = py::str(tuple[py::int_(1)]).cast<std::string>();
-  if (kind == "dense" && py::len(tuple) == 5) {
+  const size_t n = py::len(tuple);
+  // An optional trailing dict: {"scheme": id, "dtype": "bfloat16"}.
+  auto options = [&](size_t at) {
+    if (n <= at) return;
+    const py::object o = tuple[py::int_(at)];
+    if (!py::isinstance<py::dict>(o)) {
+      throw InvalidArgument("zen.Context.start: the last element of an item, if any, is a dict");
+    }
+    const auto d = py::reinterpret_borrow<py::dict>(o);
+    if (d.contains("scheme")) t.scheme = py::str(d["scheme"]).cast<std::string>();
+    if (d.contains("dtype")) t.dtype = py::str(d["dtype"]).cast<std::string>();
+  };
+  if (kind == "dense" && (n == 5 || n == 6)) {
+    options(5);
     t.kind = BatchTensor::Kind::kDense;
     t.rows = ToInt64(tuple[py::int_(3)], "rows", error);
     t.width = ToInt64(tuple[py::int_(4)], "width", error);
@@ -125,7 +141,8 @@ void AddItem(PyBatch& b, const py::handle& item) {
         b.keep.push_back(obj);
       }
     }
-  } else if (kind == "sparse" && py::len(tuple) == 6) {
+  } else if (kind == "sparse" && (n == 6 || n == 7)) {
+    options(6);
     t.kind = BatchTensor::Kind::kSparse;
     t.rows = ToInt64(tuple[py::int_(2)], "rows", error);
     t.width = ToInt64(tuple[py::int_(3)], "width", error);
@@ -170,7 +187,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
       b.out_width.push_back(t.width > 0 ? t.width : 1);
     }
     b.inputs.push_back(std::move(input));
-  } else if (kind == "reject" && py::len(tuple) == 5) {
+  } else if (kind == "reject" && n == 5) {
     t.rows = ToInt64(tuple[py::int_(2)], "rows", error);
     t.width = ToInt64(tuple[py::int_(3)], "width", error);
     error = py::str(tuple[py::int_(4)]).cast<std::string>();

@@ -1,5 +1,6 @@
 #include "zen/engine/context.h"
 
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -21,12 +22,59 @@ const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback) {
   return t.scheme.empty() ? fallback : t.scheme;
 }
 
-// One line per tensor: what the ranks must agree on.
+// What the ranks must agree on for one tensor, in a fixed field order.
+std::vector<std::string> Fields(const BatchTensor& t, const std::string& fallback) {
+  return {t.name,
+          t.kind == BatchTensor::Kind::kDense ? "dense" : "sparse",
+          std::to_string(t.rows),
+          std::to_string(t.width),
+          t.dtype.empty() ? "float32" : t.dtype,
+          SchemeOf(t, fallback)};
+}
+constexpr const char* kFieldNames[] = {"name", "layout", "rows", "width", "dtype", "scheme"};
+
+// One line per tensor, fields separated by tabs (names cannot hold tabs or
+// newlines that matter here: they are escaped).
 std::string Describe(const BatchTensor& t, const std::string& fallback) {
-  std::ostringstream os;
-  os << "'" << t.name << "' " << (t.kind == BatchTensor::Kind::kDense ? "dense" : "sparse") << " ["
-     << t.rows << " x " << t.width << "] scheme " << SchemeOf(t, fallback);
-  return os.str();
+  std::string out;
+  for (std::string f : Fields(t, fallback)) {
+    for (char& c : f) {
+      if (c == '\t' || c == '\n') c = ' ';
+    }
+    if (!out.empty()) out += '\t';
+    out += f;
+  }
+  return out;
+}
+
+std::vector<std::string> Split(const std::string& line) {
+  std::vector<std::string> out(1);
+  for (char c : line) {
+    if (c == '\t') {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+// "tensor 2 ('emb'): rows 11 on rank 1 vs 10 on rank 0", or a missing tensor.
+std::string Difference(size_t index, const std::string* theirs, int their_rank,
+                       const std::string* mine, int my_rank) {
+  if (theirs == nullptr || mine == nullptr) {
+    const std::string& present = theirs ? *theirs : *mine;
+    return detail::Concat("tensor ", index, " ('", Split(present)[0], "') is missing on rank ",
+                          theirs ? my_rank : their_rank, " (the ranks' batches have different "
+                          "numbers of tensors)");
+  }
+  const std::vector<std::string> a = Split(*theirs), b = Split(*mine);
+  for (size_t f = 0; f < a.size() && f < b.size(); ++f) {
+    if (a[f] == b[f]) continue;
+    return detail::Concat("tensor ", index, " ('", b[0], "'): ", kFieldNames[f], " ", a[f],
+                          " on rank ", their_rank, " vs ", b[f], " on rank ", my_rank);
+  }
+  return detail::Concat("tensor ", index, " differs");
 }
 
 // What is wrong with this rank's tensor, or empty (checked before the
@@ -111,20 +159,21 @@ void CheckBatchAgree(Communicator& comm, std::string_view batch,
     const std::vector<ByteBuffer> all =
         AllGatherV(comm, std::as_bytes(std::span(mine.data(), mine.size())), int64_t{1} << 20);
     const Where where{comm.rank(), batch};
+    std::vector<std::string> my_lines;
+    for (const BatchTensor& t : tensors) my_lines.push_back(Describe(t, default_scheme));
     for (int r = 0; r < comm.size(); ++r) {
       const ByteBuffer& b = all[static_cast<size_t>(r)];
       const std::string theirs(reinterpret_cast<const char*>(b.data()), b.size());
       if (theirs == mine) continue;
-      std::istringstream a(mine), o(theirs);
-      std::string la, lo;
-      for (size_t i = 0;; ++i) {
-        const bool ha = static_cast<bool>(std::getline(a, la));
-        const bool ho = static_cast<bool>(std::getline(o, lo));
-        if (!ha && !ho) break;
-        if (ha && ho && la == lo) continue;
-        throw MismatchError(where, "ranks disagree on the batch: tensor ", i, " is ",
-                            ho ? lo : std::string("missing"), " on rank ", r, " but ",
-                            ha ? la : std::string("missing"), " on rank ", comm.rank());
+      std::vector<std::string> their_lines;
+      std::istringstream in(theirs);
+      for (std::string line; std::getline(in, line);) their_lines.push_back(line);
+      for (size_t i = 0; i < std::max(their_lines.size(), my_lines.size()); ++i) {
+        const std::string* a = i < their_lines.size() ? &their_lines[i] : nullptr;
+        const std::string* m = i < my_lines.size() ? &my_lines[i] : nullptr;
+        if (a && m && *a == *m) continue;
+        throw MismatchError(where, "ranks disagree on the batch: ",
+                            Difference(i, a, r, m, comm.rank()));
       }
     }
     throw;

@@ -67,6 +67,9 @@ struct BatchTensor {
   const SparseTensor* sparse = nullptr;  // kSparse: this rank's input
   SparseTensor* sparse_out = nullptr;    // kSparse: receives the sum
   std::string scheme;                    // empty: the context's scheme
+  // The caller's dtype before any conversion to float32 (e.g. "bfloat16"):
+  // only compared across ranks; empty means float32.
+  std::string dtype;
   // Set when this rank cannot synchronize the tensor (e.g. an unsupported
   // dtype seen by a binding): every rank then raises InvalidArgument for
   // the batch, this rank with this message.
