@@ -30,6 +30,7 @@
 #include "bindings.h"
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/analysis/auto_scheme.h"
 #include "zen/engine/context.h"
 
 namespace py = pybind11;
@@ -50,7 +51,11 @@ struct PyBatch {
   std::vector<std::unique_ptr<SparseTensor>> outputs;
   std::vector<int64_t> out_width;
   py::object on_done;
-  Handle handle;
+  Handle handle;  // assigned after Context::Start returns: not for the callback
+  // Set by the completion callback (GIL held) before on_done runs, so that
+  // handle.wait() inside on_done needs no Handle.
+  bool completed = false;
+  std::exception_ptr error;
 };
 
 class PyHandle {
@@ -58,7 +63,9 @@ class PyHandle {
   explicit PyHandle(std::shared_ptr<PyBatch> b) : batch_(std::move(b)) {}
 
   py::list Wait() {
-    {
+    if (batch_->completed) {
+      if (batch_->error) std::rethrow_exception(batch_->error);
+    } else {
       py::gil_scoped_release release;
       batch_->handle.Wait();
     }
@@ -74,7 +81,7 @@ class PyHandle {
     }
     return out;
   }
-  bool Done() const { return batch_->handle.Test(); }
+  bool Done() const { return batch_->completed || batch_->handle.Test(); }
 
  private:
   std::shared_ptr<PyBatch> batch_;
@@ -206,12 +213,14 @@ PyHandle Start(Context& ctx, const std::string& name, const py::list& items,
   batch->on_done = std::move(on_done);
   // The callback owns a reference to the batch until it has run; it drops
   // it (and so the arrays) with the GIL held.
-  std::function<void(std::exception_ptr)> done = [batch](std::exception_ptr) mutable {
+  std::function<void(std::exception_ptr)> done = [batch](std::exception_ptr error) mutable {
     if (_Py_IsFinalizing()) {  // the interpreter is going away: touch nothing
       new std::shared_ptr<PyBatch>(std::move(batch));  // leaked on purpose
       return;
     }
     py::gil_scoped_acquire gil;
+    batch->error = error;
+    batch->completed = true;
     if (batch->on_done && !batch->on_done.is_none()) {
       try {
         batch->on_done(PyHandle(batch));
@@ -272,6 +281,18 @@ void BindEngine(py::module_& m) {
             c.Drain();
           },
           "Blocks until every batch started so far is done.")
+      .def(
+          "decision",
+          [](Context& c, const std::string& tensor) -> py::object {
+            // Only between batches: the progress thread uses the scheme.
+            if (const auto* a = dynamic_cast<const AutoScheme*>(&c.scheme("auto"))) {
+              if (const AutoDecision* d = a->decision(tensor)) return py::str(d->chosen);
+            }
+            return py::none();
+          },
+          py::arg("tensor"),
+          "The scheme 'auto' chose on its latest call for this tensor name, or None. Call it "
+          "between batches (e.g. after drain()).")
       .def_property_readonly("comm", [](Context& c) -> Communicator& { return c.comm(); },
                              py::return_value_policy::reference_internal);
 }

@@ -26,17 +26,24 @@ def test_allreduce_dense_and_sparse(job):
     check(job, "allreduce")
 
 
+def test_allreduce_half_and_double_dtypes(job):
+    check(job, "dtypes")
+
+
 def test_mismatch_raises_on_every_rank(job):
     world = job[0]
     messages = check(job, "mismatch")
     assert len(messages) == world
     for r, m in enumerate(messages):
         assert f"rank {r}" in m["dense"], m
-        # The rank with the bad dtype names it; the others name that rank.
+        # Mixed dtypes: every rank names both dtypes and the other rank.
+        assert "float64" in m["dtype"] and "float32" in m["dtype"], m
+        assert f"rank {world - 1}" in m["dtype"], m
+        # An unsupported dtype: that rank names it; the others name that rank.
         if r == world - 1:
-            assert "float64" in m["dtype"], m
+            assert "int32" in m["int dtype"], m
         else:
-            assert f"rank {world - 1} rejected" in m["dtype"], m
+            assert f"rank {world - 1} rejected" in m["int dtype"], m
 
 
 def test_extra_call_on_one_rank_never_returns_a_wrong_sum(job):

@@ -232,9 +232,14 @@ def scenario_mismatch(rank, world):
     messages["sparse"] = expect(zen.MismatchError, lambda: zen.torch.allreduce_(sp, state=state),
                                 "width")
     assert issubclass(zen.MismatchError, RuntimeError)
-    # One rank with a bad dtype, another with an out-of-range id: every rank raises.
+    # One rank with another dtype (each is accepted alone): every rank raises
+    # MismatchError naming both dtypes. An unsupported dtype on one rank and
+    # an out-of-range id on another: every rank raises ValueError.
     bad = torch.ones(6, 2, dtype=torch.float64 if rank == world - 1 else torch.float32)
-    messages["dtype"] = expect(ValueError, lambda: zen.torch.allreduce_(bad, state=state))
+    messages["dtype"] = expect(zen.MismatchError, lambda: zen.torch.allreduce_(bad, state=state),
+                               "dtype")
+    ints = torch.ones(6, 2, dtype=torch.int32 if rank == world - 1 else torch.float32)
+    messages["int dtype"] = expect(ValueError, lambda: zen.torch.allreduce_(ints, state=state))
     ids = torch.tensor([[3 if rank else 99]])
     oob = torch.sparse_coo_tensor(ids, torch.ones(1, 2), (100, 2))
     oob._indices()[0, 0] = 100 if rank == 0 else 3  # corrupt on rank 0 only
@@ -244,6 +249,35 @@ def scenario_mismatch(rank, world):
     zen.torch.allreduce_(good, state=state)
     assert_close(good, torch.full((4, 3), world * (world + 1) / 2), "after errors")
     return messages
+
+
+# --- dtypes (issue 15) --------------------------------------------------------
+
+def scenario_dtypes(rank, world):
+    """float16, bfloat16 and float64 through allreduce_ (dense and sparse),
+    summed in float32 and converted back, against torch.distributed's sum."""
+    state = zen.torch.ZenState()
+    total = world * (world + 1) / 2
+    for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.float32):
+        t = torch.full((5, 3), float(rank + 1), dtype=dtype)
+        t[rank % 5] = 0
+        expected = t.to(torch.float64).clone()
+        dist.all_reduce(expected)
+        zen.torch.allreduce_(t, state=state)
+        assert t.dtype == dtype
+        torch.testing.assert_close(t.to(torch.float64), expected, rtol=1e-2, atol=0,
+                                   msg=lambda m: f"dense {dtype}: {m}")
+        v = torch.full((7,), 0.5, dtype=dtype)
+        zen.torch.allreduce_(v, average=True, state=state)
+        assert v.tolist() == [0.5] * 7, (dtype, v)
+        sp = torch.sparse_coo_tensor(torch.tensor([[1, 4]]), torch.ones(2, 2, dtype=dtype),
+                                     (6, 2))
+        zen.torch.allreduce_(sp, state=state)
+        assert sp.dtype == dtype
+        dense = sp.to_dense().to(torch.float64)
+        assert dense[1].tolist() == [float(world)] * 2 and dense[4].tolist() == [float(world)] * 2
+    assert total > 0
+    return {}
 
 
 # --- call drift and argument errors (issue 13, item 1) ------------------------
@@ -306,7 +340,7 @@ def scenario_raw_args(rank, world):
 
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
              "mismatch": scenario_mismatch, "drift": scenario_drift,
-             "raw_args": scenario_raw_args}
+             "raw_args": scenario_raw_args, "dtypes": scenario_dtypes}
 
 
 def main():

@@ -90,26 +90,32 @@ def _default_timeout():
 
 
 class ZenState:
-    """What zen keeps for one process group: its communicator and schemes.
+    """What zen keeps for one process group: its communicator and its context.
 
     Args:
         process_group: the group to synchronize over (default: the world).
         scheme: scheme id (``zen.schemes()``); default $ZEN_SCHEME, else
             ``zen.default_scheme()`` ('auto' when the cost-model selector is
             built in, else 'zen', else 'agsparse').
-        module: the model, only to name parameters in error messages.
+        module: the model, to name parameters in error messages and in the
+            calls' identities.
         hostname: address to bind; default $ZEN_HOSTNAME, else 127.0.0.1 on
             a single-host job (a multi-host job must say).
         timeout: seconds (or a timedelta) for the rendezvous and every
-            transfer; default
-            $ZEN_TIMEOUT, else torch's default process-group timeout.
+            transfer; default $ZEN_TIMEOUT, else torch's default
+            process-group timeout.
         comm: an already connected zen.Communicator (then process_group,
-            hostname and timeout are not used).
-        threads, seed: passed to the schemes (SchemeOptions).
+            hostname and timeout are not used for connecting).
+        threads, seed: passed to the schemes.
+        dense_threshold: a dense DDP bucket whose global sum has at least
+            this fraction of its elements in non-zero rows on its first call
+            is handed to the process group's own allreduce from then on (as
+            fast as plain DDP on dense data). Every rank sees the same sum,
+            so every rank decides the same. None: always zen.
     """
 
     def __init__(self, process_group=None, *, scheme=None, module=None, hostname=None,
-                 timeout=None, comm=None, threads=0, seed=None):
+                 timeout=None, comm=None, threads=0, seed=None, dense_threshold=0.5):
         self.process_group = process_group
         self.scheme_id = scheme or os.environ.get(_ENV_SCHEME) or zen.default_scheme()
         known = [s for s, _ in zen.schemes()]
@@ -120,7 +126,11 @@ class ZenState:
         self._comm = comm
         self._threads = threads
         self._seed = seed
-        self._schemes = {}
+        self._context = None
+        self.dense_threshold = dense_threshold
+        # Per dense bucket index: "zen" or "pg" (the process group's allreduce),
+        # decided from the first call's global sum.
+        self.bucket_modes = {}
         self._names = {}
         if module is not None:
             self._names = {id(p): n for n, p in module.named_parameters()}
@@ -133,16 +143,21 @@ class ZenState:
         return self._comm
 
     @property
+    def context(self):
+        """The zen.Context (progress thread) every call of this state goes through."""
+        if self._context is None:
+            self._context = zen.Context(self.comm, scheme=self.scheme_id, threads=self._threads,
+                                        seed=self._seed)
+        return self._context
+
+    @property
     def world_size(self):
         return self.comm.size
 
-    def scheme(self, scheme_id=None):
-        """The zen.Scheme for scheme_id (default: this state's), created once."""
-        scheme_id = scheme_id or self.scheme_id
-        if scheme_id not in self._schemes:
-            self._schemes[scheme_id] = zen.create_scheme(scheme_id, seed=self._seed,
-                                                         threads=self._threads)
-        return self._schemes[scheme_id]
+    def decision(self, tensor):
+        """The scheme 'auto' chose on its latest call for a tensor name, or None."""
+        self.context.drain()
+        return self.context.decision(tensor)
 
     def param_name(self, param, fallback):
         return self._names.get(id(param), fallback)
@@ -184,12 +199,18 @@ def _matrix_shape(shape):
     return math.prod(shape), 1
 
 
+# Dtypes zen accepts: synchronized as float32 (summed in float32), converted
+# back afterwards.
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
 def _local_error(tensor):
     """Why zen cannot synchronize this tensor, or None."""
     if tensor.device.type != "cpu":
         return f"tensor is on {tensor.device}; zen synchronizes CPU tensors only"
-    if tensor.dtype != torch.float32:
-        return f"tensor has dtype {tensor.dtype}; zen synchronizes float32 only"
+    if tensor.dtype not in _DTYPES:
+        return (f"tensor has dtype {tensor.dtype}; zen synchronizes float32, float16, bfloat16 "
+                "and float64")
     return None
 
 
@@ -197,30 +218,24 @@ def _describe(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
-def _sync_dense_(state, tensor, rows, width, name, scheme_id=None):
-    """Sums a [rows x width]-viewable dense tensor over the ranks, in place."""
-    scheme = state.scheme(scheme_id)
-    error = _local_error(tensor)
-    if error:
-        scheme.reject(state.comm, rows, width, name, error)
-    try:
-        work = tensor if tensor.is_contiguous() else tensor.contiguous()
-        array = work.detach().view(-1).numpy()
-    except Exception as e:  # every rank must hear of it (see _sync_sparse)
-        scheme.reject(state.comm, rows, width, name, _describe(e))
-    with torch.no_grad():
-        scheme.sync_dense(state.comm, array, rows, width, name)
-        if work is not tensor:
-            tensor.copy_(work)
-    return tensor
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
 
 
-def _sync_sparse(state, tensor, name, scheme_id=None):
-    """The coalesced global sum of a sparse COO tensor (a new tensor)."""
-    scheme = state.scheme(scheme_id)
-    # Anything that fails before the C++ call is reported through the
-    # metadata exchange of the call the peers are making (scheme.reject), so
-    # that no peer pairs this call with this rank's next one.
+def _float32(tensor):
+    """A contiguous float32 tensor with tensor's values: tensor itself when it
+    already is one (then results land in place), else a copy."""
+    if tensor.dtype == torch.float32 and tensor.is_contiguous():
+        return tensor
+    return tensor.detach().to(torch.float32).contiguous()
+
+
+def _sparse_item(tensor, name, options):
+    """('sparse', ...) for a COO tensor, or ('reject', ...) saying why not,
+    and the function that turns the handle's result into a COO tensor. Any
+    failure here becomes a 'reject' item, so that it travels through the
+    batch's metadata round and every rank raises instead of pairing with
+    this rank's next call."""
     rows = width = 0
     try:
         sparse_dim = tensor.sparse_dim()
@@ -230,31 +245,36 @@ def _sync_sparse(state, tensor, name, scheme_id=None):
         error = _local_error(tensor)
         if not error:
             indices = tensor._indices()
-            values = tensor._values().detach().reshape(indices.shape[1], width).contiguous()
+            values = tensor._values().detach().to(torch.float32).reshape(indices.shape[1], width)
             if sparse_dim == 1:
                 ids = indices[0]
             else:  # row-major linear index over the sparse dimensions
                 strides = torch.tensor([math.prod(shape[k + 1:sparse_dim])
                                         for k in range(sparse_dim)], dtype=torch.int64)
                 ids = (indices * strides.unsqueeze(1)).sum(0)
-            ids, values = ids.contiguous().numpy(), values.numpy()
+            item = ("sparse", name, rows, width, ids.contiguous().numpy(),
+                    values.contiguous().numpy(), options)
     except Exception as e:
         error = _describe(e)
     if error:
-        scheme.reject(state.comm, rows, width, name, error)
-    out_ids, out_values = scheme.sync(state.comm, rows, width, ids, values, name)
-    out_ids = torch.from_numpy(out_ids)
-    out_values = torch.from_numpy(out_values).view((out_ids.numel(),) + shape[sparse_dim:])
-    if sparse_dim == 1:
-        out_indices = out_ids.unsqueeze(0)
-    else:
-        parts, rest = [], out_ids
-        for k in reversed(range(sparse_dim)):
-            parts.append(rest % shape[k])
-            rest = torch.div(rest, shape[k], rounding_mode="floor")
-        out_indices = torch.stack(parts[::-1])
-    result = torch.sparse_coo_tensor(out_indices, out_values, shape)
-    return result._coalesced_(True)
+        return ("reject", name, rows, width, error), None
+    dtype = tensor.dtype
+
+    def finish(result):
+        out_ids, out_values = result
+        out_ids = torch.from_numpy(out_ids)
+        out_values = torch.from_numpy(out_values).view((out_ids.numel(),) + shape[sparse_dim:])
+        if sparse_dim == 1:
+            out_indices = out_ids.unsqueeze(0)
+        else:
+            parts, rest = [], out_ids
+            for k in reversed(range(sparse_dim)):
+                parts.append(rest % shape[k])
+                rest = torch.div(rest, shape[k], rounding_mode="floor")
+            out_indices = torch.stack(parts[::-1])
+        return torch.sparse_coo_tensor(out_indices, out_values, shape)._coalesced_(True), dtype
+
+    return item, finish
 
 
 def _call_site_name(depth, frames=8):
@@ -280,95 +300,186 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     dimension, so zero rows are not sent; a 0-/1-D one element-wise); returns
     tensor. Sparse COO: the coalesced sum replaces the tensor's contents in
     place (indices sorted, each row once: the union of all ranks' rows) and is
-    returned. average=True divides by the world size. Every rank must make the
-    same calls with the same shapes; otherwise zen.MismatchError is raised on
-    every rank. `name` identifies the call across ranks (default: the call
-    site and its callers, 'allreduce_@file.py:LINE#checksum'): a rank that makes a call the others do
-    not make raises zen.MismatchError on every rank, on that call and every
-    later one of the state's communicator, rather than pairing with the
-    peers' next call. CPU float32 only (ValueError, on every rank, otherwise).
+    returned. average=True divides by the world size (after the sum). Every
+    rank must make the same calls with the same shapes and dtypes; otherwise
+    zen.MismatchError is raised on every rank. `name` identifies the call
+    across ranks (default: the call site and its callers,
+    'allreduce_@file.py:LINE#checksum'): a rank that makes a call the others
+    do not make raises zen.MismatchError on every rank, on that call and
+    every later one of the state's communicator, rather than pairing with
+    the peers' next call. CPU tensors of float32, float16, bfloat16 or
+    float64; other dtypes are summed in float32 and converted back (the
+    division of average=True happens in float32, before the conversion).
+    Bad input raises ValueError on every rank.
     """
     state = _state(state)
     name = name or _call_site_name(2)
+    options = {"dtype": _dtype_name(tensor.dtype)}
+    if scheme:
+        options["scheme"] = scheme
+    ctx = state.context
     if tensor.layout == torch.sparse_coo:
-        result = _sync_sparse(state, tensor, name, scheme)
+        item, finish = _sparse_item(tensor, name, options)
+        results = ctx.start(name, [item]).wait()
+        result, dtype = finish(results[0])
         if average:
             result = result / state.world_size
         with torch.no_grad():
-            tensor.copy_(result)
+            tensor.copy_(result.to(dtype))
         return tensor
-    if tensor.layout != torch.strided:
-        state.scheme(scheme).reject(state.comm, 0, 0, name,
-                                    f"tensor layout {tensor.layout} is not supported (strided "
-                                    "or sparse_coo)")
     rows, width = _matrix_shape(tuple(tensor.shape))
-    _sync_dense_(state, tensor, rows, width, name, scheme)
-    if average:
-        with torch.no_grad():
-            tensor.div_(state.world_size)
+    error = None
+    if tensor.layout != torch.strided:
+        error = f"tensor layout {tensor.layout} is not supported (strided or sparse_coo)"
+    else:
+        error = _local_error(tensor)
+    if error:
+        ctx.start(name, [("reject", name, rows, width, error)]).wait()
+    with torch.no_grad():
+        work = _float32(tensor)
+        ctx.start(name, [("dense", name, work.view(-1).numpy(), rows, width, options)]).wait()
+        if average:
+            work.div_(state.world_size)
+        if work is not tensor:
+            tensor.copy_(work)
     return tensor
 
 
-def _views(bucket):
-    """(gradient view, parameter) pairs of a dense bucket, viewing its buffer."""
+def _bucket_items(state, bucket, work):
+    """The items of a dense bucket, viewing `work` (the bucket's buffer, or
+    its float32 copy): one per >= 2-D parameter ([rows x width], so zero rows
+    of an embedding are not sent), and all 0-/1-D parameters together as one
+    element buffer (copied out and back: they are small). Returns the items
+    and a function that copies the vectors' sums back."""
     buffer = bucket.buffer()
-    grads, params = bucket.gradients(), bucket.parameters()
-    start = buffer.data_ptr()
-    end = start + buffer.numel() * buffer.element_size()
-    if all(start <= g.data_ptr() < end or g.numel() == 0 for g in grads):
-        return list(zip(grads, params))
-    # Not views (should not happen in torch 1.13): slice the flat buffer in
-    # parameter order, which is how DDP lays a bucket out.
-    offsets = itertools.accumulate([0] + [g.numel() for g in grads])
-    return [(buffer[o:o + g.numel()].view(g.shape), p) for o, g, p in zip(offsets, grads, params)]
-
-
-def _sync_bucket_(state, bucket):
-    """Sums a dense bucket in place: see the module docstring for the layout."""
     index = bucket.index()
-    small = []
-    for j, (grad, param) in enumerate(_views(bucket)):
-        if grad.numel() == 0:
+    flat = work.view(-1)
+    array = flat.numpy()
+    start = buffer.data_ptr()
+    size = buffer.element_size()
+    grads, params = bucket.gradients(), bucket.parameters()
+    items, small = [], []
+    offset = 0
+    for j, (grad, param) in enumerate(zip(grads, params)):
+        n = grad.numel()
+        if n == 0:
             continue
+        if start <= grad.data_ptr() < start + buffer.numel() * size:
+            offset = (grad.data_ptr() - start) // size
         if grad.dim() >= 2:
             rows, width = _matrix_shape(tuple(grad.shape))
-            _sync_dense_(state, grad, rows, width, state.param_name(param, f"bucket{index}.{j}"))
+            name = state.param_name(param, f"bucket{index}.{j}")
+            items.append(("dense", name, array[offset:offset + n], rows, width))
         else:
-            small.append(grad)
-    if small:
-        flat = torch.cat([g.reshape(-1) for g in small])
-        _sync_dense_(state, flat, flat.numel(), 1, f"bucket{index}.vectors")
-        offset = 0
-        for g in small:
-            g.view(-1).copy_(flat[offset:offset + g.numel()])
-            offset += g.numel()
+            small.append((offset, n))
+        offset += n
+    if not small:
+        return items, None
+    vectors = torch.cat([flat[o:o + n] for o, n in small])
+    items.append(("dense", f"bucket{index}.vectors", vectors.numpy(), vectors.numel(), 1))
+
+    def copy_back():
+        at = 0
+        for o, n in small:
+            flat[o:o + n].copy_(vectors[at:at + n])
+            at += n
+
+    return items, copy_back
+
+
+def _dense_fraction(work, items):
+    """Fraction of the bucket's elements that lie in non-zero rows of the
+    (global) sum: the same on every rank."""
+    total = nonzero = 0
+    for item in items:
+        _, _, array, rows, width = item[:5]
+        m = torch.from_numpy(array).view(rows, width)
+        total += rows * width
+        nonzero += int((m != 0).any(dim=1).sum()) * width
+    return nonzero / total if total else 0.0
 
 
 def comm_hook(state, bucket):
     """DDP communication hook: ``ddp.register_comm_hook(state, zen.torch.comm_hook)``.
 
-    state: a ZenState, or None for one per default process group. Dense
-    buckets are summed in place (zero rows and elements are not sent) and
-    divided by the world size; a sparse COO bucket is replaced by the
-    coalesced average. Returns a completed torch.futures.Future.
+    state: a ZenState, or None for one per default process group. Starts the
+    bucket's synchronization on zen's progress thread and returns at once
+    with a torch.futures.Future, completed from that thread, so backward
+    goes on meanwhile. One batch per bucket (one metadata round for all its
+    parameters). Dense buckets are summed in place (zero rows and elements
+    are not sent), then divided by the world size in float32; a bucket whose
+    first global sum is dense (ZenState.dense_threshold) uses the process
+    group's allreduce from then on. A sparse COO bucket is replaced by the
+    coalesced average. float16/bfloat16/float64 buckets are summed and
+    divided in float32, then converted back.
     """
     state = _state(state)
     buffer = bucket.buffer()
-    with torch.no_grad():
-        if buffer.layout == torch.sparse_coo:
-            name = f"bucket{bucket.index()}"
-            params = bucket.parameters()
-            if len(params) == 1:
-                name = state.param_name(params[0], name)
-            result = _sync_sparse(state, buffer, name)
-            result = result / state.world_size
-        else:
-            _sync_bucket_(state, bucket)
-            buffer.div_(state.world_size)
-            result = buffer
+    index = bucket.index()
+    world = state.world_size
     future = torch.futures.Future()
-    future.set_result(result)
+
+    def fail(e):
+        future.set_exception(e)
+
+    if buffer.layout == torch.sparse_coo:
+        name = f"bucket{index}"
+        params = bucket.parameters()
+        if len(params) == 1:
+            name = state.param_name(params[0], name)
+        item, finish = _sparse_item(buffer, name, {"dtype": _dtype_name(buffer.dtype)})
+
+        def sparse_done(handle):
+            try:
+                result, dtype = finish(handle.wait()[0])
+                future.set_result((result / world).to(dtype))
+            except Exception as e:  # noqa: BLE001 (handed to DDP)
+                fail(e)
+
+        state.context.start(name, [item], on_done=sparse_done)
+        return future
+
+    if state.bucket_modes.get(index) == "pg":
+        group = state.process_group
+        work = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+        return work.then(lambda f: f.value()[0].div_(world))
+
+    error = _local_error(buffer)
+    if error:
+        state.context.start(f"bucket{index}", [("reject", f"bucket{index}", buffer.numel(), 1,
+                                                error)], on_done=lambda h: _fail_from(h, fail))
+        return future
+    with torch.no_grad():
+        work = _float32(buffer)
+        items, copy_back = _bucket_items(state, bucket, work)
+    decide = index not in state.bucket_modes
+
+    def dense_done(handle):
+        try:
+            handle.wait()
+            with torch.no_grad():
+                if copy_back is not None:
+                    copy_back()
+                if decide:
+                    threshold = state.dense_threshold
+                    dense = threshold is not None and _dense_fraction(work, items) >= threshold
+                    state.bucket_modes[index] = "pg" if dense else "zen"
+                work.div_(world)
+                if work is not buffer:
+                    buffer.copy_(work)
+            future.set_result(buffer)
+        except Exception as e:  # noqa: BLE001 (handed to DDP)
+            fail(e)
+
+    state.context.start(f"bucket{index}", items, on_done=dense_done)
     return future
+
+
+def _fail_from(handle, fail):
+    try:
+        handle.wait()
+    except Exception as e:  # noqa: BLE001
+        fail(e)
 
 
 def register(ddp, **state_options):
