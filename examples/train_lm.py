@@ -147,10 +147,11 @@ def main():
         mean = sum(rates) / len(rates) if rates else float("nan")
         print(f"[train_lm] sync {args.sync}: mean tokens/s {mean:.0f} over steps 1-{args.steps - 1}")
         if state is not None:
-            scheme = state.scheme()
-            chosen = {n: scheme.decision(n) for n in ("embedding.weight", "output.weight")}
-            print(f"[train_lm] zen scheme '{scheme.name}': rank 0 sent {state.comm.bytes_sent} "
-                  f"payload bytes; auto chose {chosen}")
+            chosen = {n: state.decision(n) for n in ("embedding.weight", "output.weight")}
+            print(f"[train_lm] zen scheme '{state.scheme_id}': rank 0 sent "
+                  f"{state.comm.bytes_sent} payload bytes; auto chose {chosen}; dense buckets "
+                  f"on the process group's allreduce: "
+                  f"{sorted(i for i, m in state.bucket_modes.items() if m == 'pg')}")
     dist.destroy_process_group()
 
 
