@@ -69,3 +69,13 @@ def test_argument_errors_raise_on_every_rank(job):
         assert ("float64" in m["dense float64"]) == (r == 0), m
         for label, text in m.items():
             assert f"rank {r}" in text, (label, text)
+
+
+def test_record_writes_the_jobs_gradients_as_a_trace(job):
+    world = job[0]
+    results = check(job, "record")
+    # Per recorded step: emb.weight, proj.weight and the buckets' vectors
+    # (checked by name and per-rank density inside the scenario).
+    for line in results[0].values():
+        count = int(line.split(f"{world} ranks, ")[1].split(" tensors")[0])
+        assert count % 2 == 0 and count >= 6, line

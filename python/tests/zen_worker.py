@@ -280,6 +280,62 @@ def scenario_dtypes(rank, world):
     return {}
 
 
+# --- recording a job's gradients (issue 15) ----------------------------------
+
+def scenario_record(rank, world):
+    """ZenState(record=...) writes every rank's real gradients of the first
+    steps as zen-trace/1; `zen analyze` reads it and its per-rank densities
+    are those of the tokens each rank saw (recomputed here for every rank
+    from the same generators, an independent reference)."""
+    import re
+    import subprocess
+    import tempfile
+    out = {}
+    for sparse in (False, True):
+        path = os.path.join(tempfile.gettempdir(), f"zen-record-{os.getpid() - rank}-{sparse}")
+        path_obj = [path]
+        dist.broadcast_object_list(path_obj, src=0)
+        path = path_obj[0] + ".safetensors"
+        torch.manual_seed(0)
+        model = Net(sparse)
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+        zen.torch.register(ddp, record=path, record_steps=2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        for step in range(3):
+            gen = torch.Generator().manual_seed(1000 * step + rank)
+            x = torch.randint(0, VOCAB, (8, 6), generator=gen)
+            y = torch.randint(0, CLASSES, (8,), generator=gen)
+            opt.zero_grad()
+            F.cross_entropy(ddp(x), y).backward()
+            opt.step()
+        dist.barrier()
+        if rank != 0:
+            continue
+        zen_cli = os.path.join(os.environ.get("ZEN_BUILD", "build"), "bin", "zen")
+        text = subprocess.run([zen_cli, "analyze", path], capture_output=True, text=True,
+                              check=True).stdout
+        os.unlink(path)
+        for step in range(2):
+            # Distinct tokens of every rank at this step: rows of emb.weight with a gradient.
+            counts = []
+            for r in range(world):
+                gen = torch.Generator().manual_seed(1000 * step + r)
+                counts.append(torch.randint(0, VOCAB, (8, 6), generator=gen).unique().numel())
+            block = text.split(f"step{step}.emb.weight")[1]
+            found = re.search(r"density per rank\s+min ([0-9.]+)%\s+mean ([0-9.]+)%\s+max "
+                              r"([0-9.]+)%", block)
+            assert found, text
+            want = [100 * min(counts) / VOCAB, 100 * sum(counts) / world / VOCAB,
+                    100 * max(counts) / VOCAB]
+            got = [float(g) for g in found.groups()]
+            for g, w in zip(got, want):
+                assert abs(g - w) < 0.01, (sparse, step, got, want, text)
+            assert f"step{step}.proj.weight" in text, text
+        assert "step2." not in text, text
+        out[f"sparse={sparse}"] = text.splitlines()[0]
+    return out
+
+
 # --- call drift and argument errors (issue 13, item 1) ------------------------
 
 def scenario_drift(rank, world):
@@ -340,7 +396,8 @@ def scenario_raw_args(rank, world):
 
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
              "mismatch": scenario_mismatch, "drift": scenario_drift,
-             "raw_args": scenario_raw_args, "dtypes": scenario_dtypes}
+             "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
+             "record": scenario_record}
 
 
 def main():

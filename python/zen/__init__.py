@@ -33,6 +33,7 @@ from zen._zen import (  # noqa: F401  (re-exported)
     create_scheme,
     default_scheme,
     schemes,
+    write_trace,
 )
 
 for _cls in (Communicator, Context, Error, FormatError, Handle, MismatchError, Scheme,
@@ -54,4 +55,5 @@ __all__ = [
     "create_scheme",
     "default_scheme",
     "schemes",
+    "write_trace",
 ]

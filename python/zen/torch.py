@@ -112,10 +112,18 @@ class ZenState:
             is handed to the process group's own allreduce from then on (as
             fast as plain DDP on dense data). Every rank sees the same sum,
             so every rank decides the same. None: always zen.
+        record: a path: the hook records the job's real gradients (every
+            rank's, per parameter) of the first `record_steps` calls of
+            each bucket as a zen-trace/1 file that rank 0 writes there
+            (rewritten after every recorded call), for `zen analyze` and
+            `zen simulate`. The recorded rows travel with the bucket's batch
+            (scheme agsparse), so recording costs traffic only while it lasts.
+        record_steps: how many calls of each bucket to record (default 3).
     """
 
     def __init__(self, process_group=None, *, scheme=None, module=None, hostname=None,
-                 timeout=None, comm=None, threads=0, seed=None, dense_threshold=0.5):
+                 timeout=None, comm=None, threads=0, seed=None, dense_threshold=0.5,
+                 record=None, record_steps=3):
         self.process_group = process_group
         self.scheme_id = scheme or os.environ.get(_ENV_SCHEME) or zen.default_scheme()
         known = [s for s, _ in zen.schemes()]
@@ -131,6 +139,10 @@ class ZenState:
         # Per dense bucket index: "zen" or "pg" (the process group's allreduce),
         # decided from the first call's global sum.
         self.bucket_modes = {}
+        self.record = os.fspath(record) if record is not None else None
+        self.record_steps = record_steps
+        self._calls = {}       # bucket index -> calls so far
+        self._recorded = {}    # trace tensor name -> (rows, width, [(ids, values)] per rank)
         self._names = {}
         if module is not None:
             self._names = {id(p): n for n, p in module.named_parameters()}
@@ -399,6 +411,51 @@ def _dense_fraction(work, items):
     return nonzero / total if total else 0.0
 
 
+def _trace_name(step, name):
+    clean = "".join(c if c.isalnum() or c in "_.:-" else "_" for c in name)
+    return f"step{step}.{clean}"[:200]
+
+
+def _nonzero_rows(matrix):
+    """(ids, float32 values) of the non-zero rows of a [rows x width] tensor."""
+    ids = (matrix != 0).any(dim=1).nonzero().view(-1)
+    return ids, matrix[ids].to(torch.float32).contiguous()
+
+
+def _record_items(state, step, parts):
+    """Items that gather every rank's gradient of each part to every rank:
+    rank r puts its rows at offset r x rows of a [world x rows] tensor, so
+    the sum is the concatenation. parts: (name, rows, width, ids, values) of
+    this rank's gradient."""
+    world, rank = state.world_size, state.comm.rank
+    items, layout = [], []
+    for name, rows, width, ids, values in parts:
+        trace_name = _trace_name(step, name)
+        items.append(("sparse", "record." + trace_name, world * rows, width,
+                      (ids + rank * rows).contiguous().numpy(),
+                      values.reshape(-1, width).to(torch.float32).contiguous().numpy(),
+                      {"scheme": "agsparse"}))
+        layout.append((trace_name, rows, width))
+    return items, layout
+
+
+def _keep_recorded(state, layout, results):
+    """Stores the gathered gradients; rank 0 writes the trace file."""
+    world = state.world_size
+    for (trace_name, rows, width), (ids, values) in zip(layout, results):
+        per_rank = []
+        owner = ids // rows
+        for r in range(world):
+            mask = owner == r
+            per_rank.append((ids[mask] - r * rows, values[mask]))
+        state._recorded[trace_name] = (rows, width, per_rank)
+    if state.comm.rank == 0:
+        tensors = [(n, rows, width, per_rank)
+                   for n, (rows, width, per_rank) in sorted(state._recorded.items())]
+        zen.write_trace(state.record, world, tensors,
+                        {"generator": "zen.torch ZenState(record=...)"})
+
+
 def comm_hook(state, bucket):
     """DDP communication hook: ``ddp.register_comm_hook(state, zen.torch.comm_hook)``.
 
@@ -428,18 +485,31 @@ def comm_hook(state, bucket):
         if len(params) == 1:
             name = state.param_name(params[0], name)
         item, finish = _sparse_item(buffer, name, {"dtype": _dtype_name(buffer.dtype)})
+        items, layout = [item], None
+        step = _next_call(state, index)
+        if state.record and step < state.record_steps and finish is not None:
+            rows, width = item[2], item[3]
+            local = buffer.coalesce()
+            ids = local._indices()[0] if local.sparse_dim() == 1 else torch.from_numpy(item[4])
+            values = local._values() if local.sparse_dim() == 1 else torch.from_numpy(item[5])
+            extra, layout = _record_items(state, step, [(name, rows, width, ids, values)])
+            items += extra
 
         def sparse_done(handle):
             try:
-                result, dtype = finish(handle.wait()[0])
+                results = handle.wait()
+                if layout:
+                    _keep_recorded(state, layout, results[1:])
+                result, dtype = finish(results[0])
                 future.set_result((result / world).to(dtype))
             except Exception as e:  # noqa: BLE001 (handed to DDP)
                 fail(e)
 
-        state.context.start(name, [item], on_done=sparse_done)
+        state.context.start(name, items, on_done=sparse_done)
         return future
 
-    if state.bucket_modes.get(index) == "pg":
+    recording = state.record and state._calls.get(index, 0) < state.record_steps
+    if state.bucket_modes.get(index) == "pg" and not recording:
         group = state.process_group
         work = dist.all_reduce(buffer, group=group, async_op=True).get_future()
         return work.then(lambda f: f.value()[0].div_(world))
@@ -452,17 +522,29 @@ def comm_hook(state, bucket):
     with torch.no_grad():
         work = _float32(buffer)
         items, copy_back = _bucket_items(state, bucket, work)
+        n_sync = len(items)
+        layout = None
+        step = _next_call(state, index)
+        if state.record and step < state.record_steps:
+            parts = [(item[1], item[3], item[4],
+                      *_nonzero_rows(torch.from_numpy(item[2]).view(item[3], item[4])))
+                     for item in items]
+            extra, layout = _record_items(state, step, parts)
+            items = items + extra
     decide = index not in state.bucket_modes
 
     def dense_done(handle):
         try:
-            handle.wait()
+            results = handle.wait()
+            if layout:
+                _keep_recorded(state, layout, results)
             with torch.no_grad():
                 if copy_back is not None:
                     copy_back()
                 if decide:
                     threshold = state.dense_threshold
-                    dense = threshold is not None and _dense_fraction(work, items) >= threshold
+                    dense = (threshold is not None
+                             and _dense_fraction(work, items[:n_sync]) >= threshold)
                     state.bucket_modes[index] = "pg" if dense else "zen"
                 work.div_(world)
                 if work is not buffer:
@@ -473,6 +555,13 @@ def comm_hook(state, bucket):
 
     state.context.start(f"bucket{index}", items, on_done=dense_done)
     return future
+
+
+def _next_call(state, index):
+    """The number of earlier calls of bucket `index` (its step)."""
+    n = state._calls.get(index, 0)
+    state._calls[index] = n + 1
+    return n
 
 
 def _fail_from(handle, fail):
