@@ -28,6 +28,10 @@
 namespace zen::cli {
 namespace {
 
+// Exit status when every process ran but a result is wrong (an error row,
+// rows mismatched or a relative error above kMaxRelError).
+constexpr int kExitInexact = 3;
+
 constexpr const char* kHelp = R"(usage: zen bench [--world N] [--trace FILE [--tensor NAME] | --synthetic SPEC]
                  [--schemes LIST|all] [--iters K] [--warmup W] [--json OUT] [--quiet]
                  [--testbed NxRATE] [--peers LIST|all]
@@ -60,7 +64,7 @@ const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", 
                                        "iters", "warmup", "json", "rank", "rendezvous",
                                        "hostname", "timeout-s", "threads", "prefix",
                                        "testbed", "peers", "report-file", "wire-iface"};
-const std::set<std::string> kSwitches = {"quiet", "help", "progress"};
+const std::set<std::string> kSwitches = {"quiet", "progress"};
 
 BenchConfig Config(const Flags& flags) {
   BenchConfig c;
@@ -79,7 +83,25 @@ BenchConfig Config(const Flags& flags) {
   return c;
 }
 
-int RunOneWorker(const Flags& flags) {
+void WriteJson(const Flags& flags, const nlohmann::json& report) {
+  if (auto out = flags.Get("json")) {
+    std::ofstream f(*out);
+    f << report.dump(2) << "\n";
+    if (!f) throw InvalidArgument("cannot write --json " + *out);
+  }
+}
+
+// Exit status of a finished run: 0 when every result is exact, else 3
+// (after naming each failure on stderr when `say`).
+int Verdict(const nlohmann::json& report, bool say) {
+  const std::vector<std::string> failures = ReportFailures(report);
+  if (say) {
+    for (const std::string& f : failures) std::fprintf(stderr, "zen bench: FAILED %s\n", f.c_str());
+  }
+  return failures.empty() ? 0 : kExitInexact;
+}
+
+int RunOneWorker(const Flags& flags, const Environment& env) {
   const int world = static_cast<int>(flags.Int("world", 8));
   const int rank = static_cast<int>(flags.Int("rank", 0));
   if (rank < 0 || rank >= world) {
@@ -87,7 +109,7 @@ int RunOneWorker(const Flags& flags) {
                           std::to_string(world) + ")");
   }
   const BenchConfig config = Config(flags);
-  const Workload workload = LoadWorkload(flags, world);
+  const Workload workload = LoadWorkload(flags, world, env);
   GlooOptions options;
   options.rendezvous = flags.Str("rendezvous", "");
   if (options.rendezvous.empty()) throw InvalidArgument("--rank needs --rendezvous URL");
@@ -96,31 +118,32 @@ int RunOneWorker(const Flags& flags) {
   options.timeout = std::chrono::milliseconds(flags.Int("timeout-s", 60) * 1000);
   auto comm = ConnectGloo(rank, world, options);
   const nlohmann::json report = RunWorker(*comm, workload, config);
-  if (rank != 0) return 0;
-  if (auto file = flags.Get("report-file")) {  // the local launcher prints
-    std::ofstream f(*file);
-    f << report.dump() << "\n";
-    if (!f) throw InvalidArgument("cannot write --report-file " + *file);
-    return 0;
+  if (rank == 0) {
+    if (auto file = flags.Get("report-file")) {  // the local launcher prints and judges
+      std::ofstream f(*file);
+      f << report.dump() << "\n";
+      if (!f) throw InvalidArgument("cannot write --report-file " + *file);
+      return 0;
+    }
+    PrintReport(report);
+    std::fflush(stdout);
+    WriteJson(flags, report);
   }
-  PrintReport(report);
-  if (auto out = flags.Get("json")) {
-    std::ofstream f(*out);
-    f << report.dump(2) << "\n";
-    if (!f) throw InvalidArgument("cannot write --json " + *out);
-  }
-  return 0;
+  if (flags.Has("report-file")) return 0;
+  // Every rank holds the gathered report: each exits non-zero on a failure.
+  return Verdict(report, rank == 0);
 }
 
 }  // namespace
 
-int RunBench(Args args) {
+int RunBench(Args args, const Environment& env) {
   Flags flags(args, kValues, kSwitches);
-  if (flags.Has("help")) {
+  if (flags.help()) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (flags.Has("rank")) return RunOneWorker(flags);
+  if (flags.Has("rank")) return RunOneWorker(flags, env);
+  LauncherSignals signals;  // SIGINT/SIGTERM/SIGHUP stop the workers, then unwind
   std::optional<TestbedSpec> link;
   if (auto spec = flags.Get("testbed")) link = ParseTestbedSpec(*spec);
   const int world = static_cast<int>(flags.Int("world", link ? link->hosts : 8));
@@ -131,8 +154,9 @@ int RunBench(Args args) {
   }
   const BenchConfig config = Config(flags);  // fail fast on bad options, before spawning
   const std::vector<std::string> peers = ParsePeers(flags.Str("peers", ""));
-  const Workload workload = LoadWorkload(flags, world);  // and on a bad workload
+  const Workload workload = LoadWorkload(flags, world, env);  // and on a bad workload
   const bool progress = !flags.Has("quiet") && isatty(STDERR_FILENO);
+  LauncherSignals::ThrowIfInterrupted();
 
   std::unique_ptr<Testbed> bed;  // torn down on every way out
   if (link) bed = std::make_unique<Testbed>(*link);
@@ -142,7 +166,7 @@ int RunBench(Args args) {
   worker_args.insert(worker_args.end(), {"--world", std::to_string(world), "--report-file",
                                          scratch.path() + "/report.json"});
   if (bed) worker_args.insert(worker_args.end(), {"--wire-iface", kTestbedInterface});
-  if (const int rc = LaunchLocalWorkers(worker_args, world, progress, plan); rc != 0) return rc;
+  if (const int rc = LaunchLocalWorkers(worker_args, world, progress, plan); rc != 0) return 1;
   std::ifstream in(scratch.path() + "/report.json");
   if (!in) throw InvalidArgument("worker rank 0 wrote no report");
   nlohmann::json report = nlohmann::json::parse(in);
@@ -166,16 +190,13 @@ int RunBench(Args args) {
     WriteTrace(run.trace_path, trace);
     for (nlohmann::json& row : RunPeers(run)) report["results"].push_back(std::move(row));
   }
+  LauncherSignals::ThrowIfInterrupted();
   AnnotateReport(report, link ? &*link : nullptr, UsableCores());
   PrintReport(report);
   std::fflush(stdout);
   for (const std::string& w : CpuWarnings(report)) std::fprintf(stderr, "%s\n", w.c_str());
-  if (auto out = flags.Get("json")) {
-    std::ofstream f(*out);
-    f << report.dump(2) << "\n";
-    if (!f) throw InvalidArgument("cannot write --json " + *out);
-  }
-  return 0;
+  WriteJson(flags, report);
+  return Verdict(report, /*say=*/true);
 }
 
 }  // namespace zen::cli
