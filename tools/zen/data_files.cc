@@ -9,6 +9,9 @@
 #ifndef ZEN_SOURCE_DIR
 #define ZEN_SOURCE_DIR ""
 #endif
+#ifndef ZEN_BUILD_BIN_DIR
+#define ZEN_BUILD_BIN_DIR ""
+#endif
 
 namespace zen::cli {
 namespace {
@@ -19,8 +22,16 @@ std::vector<fs::path> Candidates(const std::string& installed, const std::string
   std::vector<fs::path> out;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) out.push_back(exe.parent_path() / ZEN_DATA_FROM_BIN / installed);
-  if (*ZEN_SOURCE_DIR) out.push_back(fs::path(ZEN_SOURCE_DIR) / source);
+  if (ec) return out;
+  // The binary of the build tree uses the source tree it was built from;
+  // any other copy (an installed one) only what was installed beside it.
+  std::error_code ec2;
+  if (*ZEN_BUILD_BIN_DIR && *ZEN_SOURCE_DIR &&
+      fs::equivalent(exe.parent_path(), fs::path(ZEN_BUILD_BIN_DIR), ec2)) {
+    out.push_back(fs::path(ZEN_SOURCE_DIR) / source);
+  } else {
+    out.push_back(exe.parent_path() / ZEN_DATA_FROM_BIN / installed);
+  }
   return out;
 }
 

@@ -2,7 +2,8 @@
 // (plot scripts, the default trace), relative to its own executable so that
 // an installed `zen` works from any directory:
 //   installed:   <prefix>/bin/zen  ->  <prefix>/share/zen/<installed path>
-//   build tree:  the source tree the binary was built from
+//   build tree:  <build>/bin/zen   ->  the source tree it was built from
+// (an installed copy never looks into the source tree).
 //
 // Usage:
 //   std::string script = FindDataFile("plots/plot_analysis.py", "tools/plots/plot_analysis.py");
@@ -13,8 +14,9 @@
 
 namespace zen::cli {
 
-// The first existing of <exe dir>/<ZEN_DATA_FROM_BIN>/<installed> and
-// <ZEN_SOURCE_DIR>/<source>, canonical; "" when neither exists.
+// <ZEN_SOURCE_DIR>/<source> for the build tree's binary, else
+// <exe dir>/<ZEN_DATA_FROM_BIN>/<installed>; canonical, "" when it does not
+// exist.
 std::string FindDataFile(const std::string& installed, const std::string& source);
 
 // Where FindDataFile looks, in order (for error messages).
