@@ -250,4 +250,125 @@ TEST(BenchRankMode, InexactResultExitsNonZeroOnEveryRank) {
   EXPECT_NE(err.find("inexact result"), std::string::npos) << err;
 }
 
+// ---- external launchers, transports, the sweep (issue 17) ----
+
+// Runs a shell command; returns its exit status (128 + signal if killed).
+int Shell(const std::string& cmd) {
+  const int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+bool OnPath(const std::string& tool) { return Shell("command -v " + tool + " >/dev/null 2>&1") == 0; }
+
+// Checks a report written by rank 0 of an externally launched job.
+void ExpectExactReport(const fs::path& json, int world, size_t schemes) {
+  std::ifstream in(json);
+  ASSERT_TRUE(in) << "rank 0 wrote no " << json;
+  const auto report = nlohmann::json::parse(in);
+  EXPECT_EQ(report["world_size"], world);
+  ASSERT_EQ(report["results"].size(), schemes);
+  for (const auto& r : report["results"]) {
+    SCOPED_TRACE(r["scheme"].get<std::string>());
+    ASSERT_FALSE(r.contains("error")) << r["error"];
+    EXPECT_EQ(r["rows_mismatch"].get<int64_t>(), 0);
+    EXPECT_LE(r["max_rel_error"].get<double>(), 1e-5);
+    EXPECT_GT(r["bytes_recv_max"].get<double>(), 0);
+  }
+}
+
+const char* kSmall = "--quiet --iters 1 --warmup 1 --schemes zen,agsparse,sparcml "
+                     "--synthetic zipf:rows=20000,width=8,density=0.02,skew=1.1";
+
+TEST(BenchExternalLauncher, UnderTorchrunWithEnvRendezvous) {
+  if (!OnPath("torchrun")) GTEST_SKIP() << "no torchrun";
+  const fs::path dir = fs::temp_directory_path() / ("zen-torchrun-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const int port = 20000 + getpid() % 20000;
+  // ZEN_RENDEZVOUS: a store this branch's ConnectGloo has (file:); with the
+  // comm layer's tcp:// store the default (MASTER_ADDR:MASTER_PORT+1) works too.
+  // --redirects/--tee 2: Debian's torchrun 1.13 fails on Python 3.11 without them.
+  const std::string cmd = "cd " + dir.string() + " && ZEN_RENDEZVOUS=file:" + (dir / "store").string() +
+                          " torchrun --redirects 2 --tee 2 --log_dir " + (dir / "logs").string() +
+                          " --nproc_per_node 3 --master_port " + std::to_string(port) +
+                          " --no_python " + ZEN_CLI + " bench --rendezvous env:// " + kSmall +
+                          " --json " + (dir / "report.json").string() + " > " + (dir / "out").string() +
+                          " 2>&1";
+  ASSERT_EQ(Shell(cmd), 0) << Slurp(dir / "out");
+  ExpectExactReport(dir / "report.json", 3, 3);
+  // Rank 0 printed the launcher's table.
+  EXPECT_NE(Slurp(dir / "out").find("median ms"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(BenchExternalLauncher, UnderMpirun) {
+  if (!OnPath("mpirun")) GTEST_SKIP() << "no mpirun";
+  const fs::path dir = fs::temp_directory_path() / ("zen-mpirun-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // Gloo under mpirun: ranks from OMPI_COMM_WORLD_*, the store from ZEN_RENDEZVOUS.
+  const std::string cmd = "cd " + dir.string() + " && ZEN_RENDEZVOUS=file:" + (dir / "store").string() +
+                          " mpirun --allow-run-as-root --oversubscribe -np 3 -x ZEN_RENDEZVOUS " +
+                          ZEN_CLI + " bench " + kSmall + " --json " + (dir / "report.json").string() +
+                          " > " + (dir / "out").string() + " 2>&1";
+  ASSERT_EQ(Shell(cmd), 0) << Slurp(dir / "out");
+  ExpectExactReport(dir / "report.json", 3, 3);
+  fs::remove_all(dir);
+}
+
+TEST(BenchExternalLauncher, EnvRendezvousWithoutALauncherIsAUsageError) {
+  const std::string cmd = std::string("env -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE ") +
+                          ZEN_CLI + " bench --rendezvous env:// > /dev/null 2>&1";
+  EXPECT_EQ(Shell(cmd), 2);
+}
+
+TEST(BenchTransport, MpiReportsTheSameTable) {
+  const fs::path dir = fs::temp_directory_path() / ("zen-mpi-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string cmd = std::string(ZEN_CLI) + " bench --transport mpi --world 3 " + kSmall + " --json " +
+                          (dir / "report.json").string() + " > " + (dir / "out").string() + " 2>&1";
+  const int rc = Shell(cmd);
+  const std::string out = Slurp(dir / "out");
+  if (rc == 2 && out.find("built without MPI") != std::string::npos) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "zen built without MPI";
+  }
+  ASSERT_EQ(rc, 0) << out;
+  ExpectExactReport(dir / "report.json", 3, 3);
+  EXPECT_NE(out.find("median ms"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(BenchSweep, RowsFromSmallToLargeWithBandwidths) {
+  const BenchRun run = Bench(
+      "--world 3 --iters 1 --warmup 0 --schemes zen,agsparse --sweep rows --sweep-range 1000:64000:4 "
+      "--synthetic zipf:width=4,density=0.01,skew=1.1");
+  ASSERT_EQ(run.status, 0);
+  ASSERT_EQ(run.report["sweep"], "rows");
+  const auto& points = run.report["points"];
+  ASSERT_EQ(points.size(), 4u);  // 1000, 4000, 16000, 64000
+  const int64_t want_rows[] = {1000, 4000, 16000, 64000};
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    EXPECT_EQ(p["tensor"]["rows"].get<int64_t>(), want_rows[i]);
+    ASSERT_EQ(p["results"].size(), 2u);
+    for (const auto& r : p["results"]) {
+      ASSERT_FALSE(r.contains("error")) << r["error"];
+      EXPECT_EQ(r["rows_mismatch"].get<int64_t>(), 0);
+      const double size = static_cast<double>(want_rows[i]) * 4 * 4;
+      const double t = r["time_s_median"].get<double>();
+      EXPECT_DOUBLE_EQ(r["size_bytes"].get<double>(), size);
+      EXPECT_NEAR(r["algbw_GBps"].get<double>(), size / t / 1e9, 1e-12);
+      EXPECT_NEAR(r["busbw_GBps"].get<double>(), size / t / 1e9 * 2 * 2 / 3, 1e-12);
+    }
+  }
+}
+
+TEST(BenchSweep, BadSweepIsAUsageError) {
+  EXPECT_EQ(Bench("--sweep sizes").status >> 8, 2);
+  EXPECT_EQ(Bench("--sweep rows --sweep-range 10:1:2").status >> 8, 2);
+  EXPECT_EQ(Bench("--sweep density --sweep-range 0.1:2:2").status >> 8, 2);
+}
+
 }  // namespace

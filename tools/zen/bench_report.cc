@@ -77,6 +77,13 @@ void PrintReport(const nlohmann::json& report) {
 
 std::vector<std::string> ReportFailures(const nlohmann::json& report) {
   std::vector<std::string> out;
+  if (report.contains("points")) {  // a --sweep: every size's failures
+    for (const auto& p : report["points"]) {
+      const std::string size = "rows " + std::to_string(p["tensor"]["rows"].get<long long>()) + ", ";
+      for (const std::string& f : ReportFailures(p)) out.push_back(size + f);
+    }
+    return out;
+  }
   if (!report.contains("results")) return {"the report holds no results"};
   for (const auto& r : report["results"]) {
     const std::string name = r.value("scheme", std::string("?"));

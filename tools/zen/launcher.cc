@@ -277,4 +277,12 @@ int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& pl
   return SuperviseProcesses(argvs, "worker");
 }
 
+int LaunchMpiWorkers(Args args, int world) {
+  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(world), "--oversubscribe"};
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  argv.insert(argv.end(), {SelfExe(), "bench"});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return SuperviseProcesses({argv}, "mpirun");
+}
+
 }  // namespace zen::cli

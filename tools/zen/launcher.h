@@ -87,6 +87,10 @@ struct LaunchPlan {
 
 int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& plan = {});
 
+// The same through MPI: one `mpirun -np N --oversubscribe zen bench ARGS`
+// (plus --allow-run-as-root as root), supervised like a worker.
+int LaunchMpiWorkers(Args args, int world);
+
 // What the workers' allocator is configured with: the caller's
 // GLIBC_TUNABLES, "" when unset. zen sets nothing (reports record it).
 std::string WorkerMallocTuning();
