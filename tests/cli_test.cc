@@ -150,7 +150,28 @@ TEST(Cli, ErrorMessagesHaveOnePrefix) {
   const std::regex doubled_tensor("(tensor '[^']*': ).*\\1");
   const std::regex doubled_command("zen (\\w+): (error: )?zen \\1");
   const std::string trace = std::string(ZEN_SOURCE_DIR) + "/data/traces/gcide-lm-n8.safetensors";
+  // A trace whose only row id is outside [0, rows): an error that names
+  // rank, tensor and file, raised inside the library.
+  const fs::path bad = fs::temp_directory_path() / ("zen-cli-bad-" + std::to_string(getpid()) + ".safetensors");
+  {
+    std::string header =
+        R"({"__metadata__":{"format":"zen-trace/1","world_size":"1","x.shape":"[10, 1]"},)"
+        R"("x/0/indices":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+        R"("x/0/values":{"dtype":"F32","shape":[1,1],"data_offsets":[8,12]}})";
+    header.append((8 - header.size() % 8) % 8, ' ');
+    const uint64_t n = header.size();
+    const int64_t id = 99;
+    const float value = 1;
+    std::ofstream f(bad, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << header;
+    f.write(reinterpret_cast<const char*>(&id), 8);
+    f.write(reinterpret_cast<const char*>(&value), 4);
+  }
   const std::vector<std::vector<std::string>> cases = {
+      {"bench", "--world", "1", "--trace", bad.string()},
+      {"analyze", bad.string()},
+      {"simulate", "--profile", bad.string()},
       {"bench", "--world", "2", "--tensor", "x", "--trace", trace},
       {"bench", "--world", "2", "--synthetic", "zipf:rows=0"},
       {"simulate", "--profile", trace, "--tensor", "x"},
@@ -166,6 +187,7 @@ TEST(Cli, ErrorMessagesHaveOnePrefix) {
     EXPECT_FALSE(std::regex_search(r.err, doubled_command)) << r.err;
     EXPECT_EQ(r.err.find("zen analyze --plot:"), std::string::npos) << r.err;
   }
+  fs::remove(bad);
 }
 
 }  // namespace
