@@ -1,10 +1,13 @@
 // A downstream project: find_package(zen) + zen::zen, syncing over the
-// in-process backend to prove the installed headers and libraries link.
+// in-process backend to prove the installed headers and libraries link, and
+// that the installed zen/version.h carries the package's version.
 #include <cstdio>
+#include <cstring>
 
 #include "zen/comm/testing.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/registry.h"
+#include "zen/version.h"
 
 int main() {
   const auto inputs = std::vector<zen::SparseTensor>{
@@ -16,6 +19,10 @@ int main() {
     auto sum = zen::BuiltinSchemes().Create("agsparse")->Sync(comm, inputs[comm.rank()]);
     if (ref.Compare(sum).rows_mismatch != 0 || ref.Compare(sum).max_rel_error > 1e-6) ++bad;
   });
-  std::printf("consumer: %s\n", bad ? "WRONG" : "ok");
+  if (std::strcmp(zen::kVersion, ZEN_PACKAGE_VERSION) != 0) {
+    std::printf("consumer: zen/version.h says %s, the package %s\n", zen::kVersion, ZEN_PACKAGE_VERSION);
+    return 1;
+  }
+  std::printf("consumer: %s (zen %s)\n", bad ? "WRONG" : "ok", zen::kVersion);
   return bad;
 }

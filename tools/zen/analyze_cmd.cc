@@ -2,6 +2,7 @@
 // (zen/analysis/trace_analyzer.h) on a zen-trace/1 file: a text report per
 // tensor, optionally the JSON figures and PNG plots
 // (tools/plots/plot_analysis.py, run with /usr/bin/python3).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <fstream>
 
 #include "tools/zen/commands.h"
+#include "tools/zen/data_files.h"
 #include "tools/zen/flags.h"
 #include "zen/analysis/trace_analyzer.h"
 #include "zen/core/error.h"
@@ -26,9 +28,10 @@ constexpr const char* kUsage =
     "  ranges, and the push/pull imbalance of range vs ZEN hash partitioning.\n"
     "  --json OUT     also write the figures as JSON\n"
     "  --plot DIR     write PNGs (densification, overlap histogram, skew heatmap)\n"
-    "                 via tools/plots/plot_analysis.py; $ZEN_PLOT_SCRIPT or\n"
-    "                 --plot-script PATH override where it is, $ZEN_PYTHON the\n"
-    "                 interpreter (default /usr/bin/python3)\n"
+    "                 via plot_analysis.py, shipped with zen (<prefix>/share/zen/plots\n"
+    "                 when installed); $ZEN_PLOT_SCRIPT or --plot-script PATH\n"
+    "                 override where it is, $ZEN_PYTHON the interpreter\n"
+    "                 (default /usr/bin/python3)\n"
     "  --hash-seed S  seed of the hash partition (default 24301)\n"
     "  --bins B       overlap histogram bins (default 20)\n";
 
@@ -36,27 +39,22 @@ void WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   out.close();
-  if (!out) throw InvalidArgument("zen analyze: cannot write '" + path + "'");
+  if (!out) throw InvalidArgument("cannot write '" + path + "'");
 }
 
-// The plotting script: flag, environment, then next to the source tree or
-// install prefix of this executable, then the working directory.
-std::string FindPlotScript(const Flags& flags) {
+// The plotting script: --plot-script, else $ZEN_PLOT_SCRIPT, else the one
+// shipped with this executable (<prefix>/share/zen/plots when installed, the
+// source tree in a build tree; tools/zen/data_files.h).
+std::string FindPlotScript(const Flags& flags, const Environment& env) {
   if (auto p = flags.Get("plot-script")) return *p;
-  if (const char* env = std::getenv("ZEN_PLOT_SCRIPT"); env && *env) return env;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) {
-    candidates.push_back(exe.parent_path() / "../../tools/plots/plot_analysis.py");
-    candidates.push_back(exe.parent_path() / "../share/zen/plot_analysis.py");
+  if (auto p = env.Get("ZEN_PLOT_SCRIPT")) return *p;
+  const std::string installed = "plots/plot_analysis.py", source = "tools/plots/plot_analysis.py";
+  std::string found = FindDataFile(installed, source);
+  if (found.empty()) {
+    throw InvalidArgument("cannot find plot_analysis.py (looked at " +
+                          DataFileCandidates(installed, source) + "); pass --plot-script PATH");
   }
-  candidates.push_back("tools/plots/plot_analysis.py");
-  for (const fs::path& c : candidates) {
-    if (fs::exists(c, ec)) return fs::weakly_canonical(c, ec).string();
-  }
-  throw InvalidArgument(
-      "zen analyze --plot: cannot find tools/plots/plot_analysis.py; pass --plot-script PATH");
+  return found;
 }
 
 std::string ShellQuote(const std::string& s) {
@@ -65,15 +63,16 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
-int Plot(const Flags& flags, const std::string& json_path, const std::string& dir) {
-  const char* py = std::getenv("ZEN_PYTHON");
-  const std::string python = py && *py ? py : "/usr/bin/python3";
-  const std::string cmd = ShellQuote(python) + " " + ShellQuote(FindPlotScript(flags)) + " " +
+int Plot(const Flags& flags, const Environment& env, const std::string& json_path,
+         const std::string& dir) {
+  const std::string python = env.Get("ZEN_PYTHON").value_or("/usr/bin/python3");
+  const std::string cmd = ShellQuote(python) + " " + ShellQuote(FindPlotScript(flags, env)) + " " +
                           ShellQuote(json_path) + " " + ShellQuote(dir);
   std::fflush(stdout);
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
-    std::fprintf(stderr, "zen analyze: plotting failed (%s exited with %d)\n", cmd.c_str(), rc);
+    std::fprintf(stderr, "zen analyze: plotting failed (%s exited with %d)\n", cmd.c_str(),
+                 WIFEXITED(rc) ? WEXITSTATUS(rc) : rc);
     return 1;
   }
   return 0;
@@ -81,21 +80,18 @@ int Plot(const Flags& flags, const std::string& json_path, const std::string& di
 
 }  // namespace
 
-int RunAnalyze(Args args) {
-  Flags flags(args, {"json", "plot", "hash-seed", "bins", "plot-script"}, {"help"});
-  if (flags.Has("help")) {
+int RunAnalyze(Args args, const Environment& env) {
+  Flags flags(args, {"json", "plot", "hash-seed", "bins", "plot-script"}, {}, /*max_positional=*/1);
+  if (flags.help()) {
     std::printf("%s", kUsage);
     return 0;
   }
-  if (flags.positional().size() != 1) {
-    std::fprintf(stderr, "%s", kUsage);
-    return 2;
-  }
+  if (flags.positional().size() != 1) throw UsageError("needs one TRACE argument (see --help)");
   AnalyzerOptions options;
   options.hash_seed = static_cast<uint64_t>(flags.Int("hash-seed", 0x5EED));
   options.overlap_bins = static_cast<int>(flags.Int("bins", 20));
   if (options.overlap_bins < 1 || options.overlap_bins > 1000) {
-    throw InvalidArgument("zen analyze: --bins must be in [1, 1000]");
+    throw UsageError("--bins must be in [1, 1000]");
   }
   TraceReader reader(flags.positional()[0]);
   const TraceAnalysis analysis = AnalyzeTrace(reader, options);
@@ -109,7 +105,7 @@ int RunAnalyze(Args args) {
       json_path = (fs::path(*dir) / "analysis.json").string();
       WriteText(json_path, json);
     }
-    return Plot(flags, json_path, *dir);
+    return Plot(flags, env, json_path, *dir);
   }
   return 0;
 }

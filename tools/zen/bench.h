@@ -2,7 +2,8 @@
 // measurement loop, the launcher of worker processes, and the report.
 //
 // Every rank regenerates (synthetic) or reads (trace) all ranks' inputs, so
-// each can check its result against the independent dense reference; timing
+// each can check its result against the independent reference
+// (bench_reference.h, memory proportional to the non-zeros); timing
 // and byte figures are measured per rank (wall clock around Sync, the
 // communicator's byte counters) and gathered to rank 0, which prints.
 #pragma once
@@ -25,8 +26,9 @@ struct Workload {
 };
 
 // From --trace FILE [--tensor NAME] or --synthetic SPEC, else the shipped
-// default trace (or a synthetic fallback when it is not installed).
-Workload LoadWorkload(const Flags& flags, int world);
+// default trace ($ZEN_DEFAULT_TRACE, else found next to the executable; a
+// synthetic fallback when it is not installed).
+Workload LoadWorkload(const Flags& flags, int world, const Environment& env);
 
 struct BenchConfig {
   std::vector<std::string> schemes;
@@ -37,8 +39,8 @@ struct BenchConfig {
   std::string wire_iface;  // testbed: interface whose counters give wire bytes
 };
 
-// Runs every scheme on this rank and returns, on rank 0, the gathered
-// report (JSON as documented in docs/benchmark.md); other ranks get null.
+// Runs every scheme on this rank and returns the gathered report (JSON as
+// documented in docs/benchmark.md), the same on every rank.
 nlohmann::json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config);
 
 // Combines the per-rank measurements of one scheme (or peer) into a report
@@ -47,5 +49,15 @@ nlohmann::json CombineRanks(const std::vector<nlohmann::json>& ranks);
 
 // Prints the human-readable table of a report.
 void PrintReport(const nlohmann::json& report);
+
+// Results further than this from the reference (max element error over the
+// max |reference| element) are failures.
+inline constexpr double kMaxRelError = 1e-5;
+
+// Every failure of a report, one line each: a scheme or peer that raised, a
+// result with rows mismatched or a relative error above kMaxRelError. Empty
+// when every result is exact; `zen bench` exits non-zero otherwise, in every
+// mode and on every rank.
+std::vector<std::string> ReportFailures(const nlohmann::json& report);
 
 }  // namespace zen::cli

@@ -18,26 +18,40 @@
 #include <thread>
 
 #include "tools/zen/bench.h"
+#include "tools/zen/bench_sweep.h"
+#include "tools/zen/launch_env.h"
 #include "tools/zen/launcher.h"
 #include "tools/zen/registry_view.h"
 #include "tools/zen/testbed.h"
 #include "zen/comm/gloo_communicator.h"
 #include "zen/core/error.h"
+#include "zen/workload/synthetic.h"
 #include "zen/workload/trace.h"
+
+#ifdef ZEN_HAVE_MPI
+#include "zen/comm/mpi_communicator.h"
+#endif
 
 namespace zen::cli {
 namespace {
 
+// Exit status when every process ran but a result is wrong (an error row,
+// rows mismatched or a relative error above kMaxRelError).
+constexpr int kExitInexact = 3;
+
 constexpr const char* kHelp = R"(usage: zen bench [--world N] [--trace FILE [--tensor NAME] | --synthetic SPEC]
                  [--schemes LIST|all] [--iters K] [--warmup W] [--json OUT] [--quiet]
-                 [--testbed NxRATE] [--peers LIST|all]
+                 [--sweep rows|density [--sweep-range FROM:TO:F]]
+                 [--transport gloo|mpi] [--testbed NxRATE] [--peers LIST|all]
                  [--rank R --rendezvous URL [--hostname ADDR]] [--timeout-s S]
 
-Runs every scheme on N real worker processes (default 8) over Gloo TCP and
-prints, per scheme: median/min time (slowest rank per iteration), bytes
-sent/received per rank (max and mean, from the communicator's counters),
-received bytes over the must-receive lower bound, the max relative error vs
-the dense reference, and rows mismatched.
+Runs every scheme on N real worker processes (default 8) over Gloo TCP (or
+MPI) and prints, per scheme: median/min time (slowest rank per iteration),
+bytes sent/received per rank (max and mean, from the communicator's
+counters), received bytes over the must-receive lower bound, the max
+relative error vs the reference sum, and rows mismatched. Exits 0 when every
+result is exact, 3 when one is not (or a scheme raised), 1 when a process
+failed, 2 on a wrong command line (docs/benchmark.md).
 
   --trace FILE       a zen-trace/1 file (default: the shipped GCIDE trace)
   --tensor NAME      tensor of the trace (default: its first)
@@ -46,6 +60,12 @@ the dense reference, and rows mismatched.
   --iters K          measured iterations (default 5); --warmup W (default 1)
   --json OUT         also write the report as JSON (docs/benchmark.md)
   --quiet            no progress display (also off when stderr is no terminal)
+  --sweep KIND       a size sweep like nccl-tests: rows (4096 to 4194304, x4)
+                     or density (1e-4 to 0.3, x4) of the --synthetic spec, with
+                     algbw/busbw columns next to recv/LB
+  --sweep-range R    FROM:TO:FACTOR of the sweep
+  --transport T      gloo (default) or mpi (when built with MPI; the launcher
+                     then starts the workers with mpirun -np N --oversubscribe)
   --testbed NxRATE   run on N network namespaces (root, iproute2) whose links
                      are shaped to RATE both ways, e.g. 8x500mbit: adds bytes
                      on the wire per rank and the time bound (docs/performance.md)
@@ -53,14 +73,19 @@ the dense reference, and rows mismatched.
                      torch-gloo-dense, or all (PyTorch dist.all_reduce, Gloo)
   --rank R           run one worker of a multi-machine job (with --world,
   --rendezvous URL   file:DIR or redis://HOST:PORT; --hostname: address to bind)
+  --rendezvous env://  one worker started by torchrun (RANK, WORLD_SIZE,
+                     MASTER_ADDR, MASTER_PORT) or mpirun (OMPI_COMM_WORLD_RANK,
+                     OMPI_COMM_WORLD_SIZE; also automatic under either);
+                     $ZEN_RENDEZVOUS overrides the store (e.g. file:DIR)
   --timeout-s S      per-operation transport timeout (default 60)
 )";
 
 const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", "schemes",
                                        "iters", "warmup", "json", "rank", "rendezvous",
                                        "hostname", "timeout-s", "threads", "prefix",
-                                       "testbed", "peers", "report-file", "wire-iface"};
-const std::set<std::string> kSwitches = {"quiet", "help", "progress"};
+                                       "testbed", "peers", "report-file", "wire-iface",
+                                       "transport", "sweep", "sweep-range"};
+const std::set<std::string> kSwitches = {"quiet", "progress"};
 
 BenchConfig Config(const Flags& flags) {
   BenchConfig c;
@@ -79,48 +104,171 @@ BenchConfig Config(const Flags& flags) {
   return c;
 }
 
-int RunOneWorker(const Flags& flags) {
-  const int world = static_cast<int>(flags.Int("world", 8));
-  const int rank = static_cast<int>(flags.Int("rank", 0));
-  if (rank < 0 || rank >= world) {
-    throw InvalidArgument("--rank " + std::to_string(rank) + " is outside [0, " +
-                          std::to_string(world) + ")");
-  }
-  const BenchConfig config = Config(flags);
-  const Workload workload = LoadWorkload(flags, world);
-  GlooOptions options;
-  options.rendezvous = flags.Str("rendezvous", "");
-  if (options.rendezvous.empty()) throw InvalidArgument("--rank needs --rendezvous URL");
-  options.hostname = flags.Str("hostname", "127.0.0.1");
-  options.prefix = flags.Str("prefix", "zen-bench");
-  options.timeout = std::chrono::milliseconds(flags.Int("timeout-s", 60) * 1000);
-  auto comm = ConnectGloo(rank, world, options);
-  const nlohmann::json report = RunWorker(*comm, workload, config);
-  if (rank != 0) return 0;
-  if (auto file = flags.Get("report-file")) {  // the local launcher prints
-    std::ofstream f(*file);
-    f << report.dump() << "\n";
-    if (!f) throw InvalidArgument("cannot write --report-file " + *file);
-    return 0;
-  }
-  PrintReport(report);
+void WriteJson(const Flags& flags, const nlohmann::json& report) {
   if (auto out = flags.Get("json")) {
     std::ofstream f(*out);
     f << report.dump(2) << "\n";
     if (!f) throw InvalidArgument("cannot write --json " + *out);
   }
-  return 0;
+}
+
+// Exit status of a finished run: 0 when every result is exact, else 3
+// (after naming each failure on stderr when `say`).
+int Verdict(const nlohmann::json& report, bool say) {
+  const std::vector<std::string> failures = ReportFailures(report);
+  if (say) {
+    for (const std::string& f : failures) std::fprintf(stderr, "zen bench: FAILED %s\n", f.c_str());
+  }
+  return failures.empty() ? 0 : kExitInexact;
+}
+
+std::string Transport(const Flags& flags) {
+  const std::string t = flags.Str("transport", "gloo");
+  if (t != "gloo" && t != "mpi") throw UsageError("--transport " + t + ": expected gloo or mpi");
+#ifndef ZEN_HAVE_MPI
+  if (t == "mpi") {
+    throw UsageError("--transport mpi: this zen was built without MPI (install libopenmpi-dev and rebuild)");
+  }
+#endif
+  return t;
+}
+
+std::unique_ptr<Communicator> ConnectMpiTransport(const Flags& flags) {
+#ifdef ZEN_HAVE_MPI
+  if (!MpiAvailable()) throw InvalidArgument("--transport mpi: MPI is not available in this process");
+  (void)flags;
+  return ConnectMpi(MpiOptions{});
+#else
+  (void)flags;
+  throw UsageError("--transport mpi: this zen was built without MPI");
+#endif
+}
+
+// Whether this process was started by an external launcher that set its
+// rank: mpirun (Open MPI, MPICH/Hydra) or torchrun (TORCHELASTIC_RUN_ID
+// besides RANK / WORLD_SIZE).
+bool StartedByLauncher(const Environment& env) {
+  return env.Get("OMPI_COMM_WORLD_SIZE") || env.Get("PMI_SIZE") ||
+         (env.Get("RANK") && env.Get("WORLD_SIZE") && env.Get("TORCHELASTIC_RUN_ID"));
+}
+
+// The workloads of this run: one, or one per --sweep size.
+std::vector<Workload> Workloads(const Flags& flags, int world, const Environment& env) {
+  std::vector<Workload> out;
+  const std::vector<SyntheticSpec> points = SweepPoints(flags);
+  for (const SyntheticSpec& s : points) out.push_back({"synthetic " + ToString(s), GenerateSynthetic(s, world)});
+  if (points.empty()) out.push_back(LoadWorkload(flags, world, env));
+  return out;
+}
+
+// Runs every workload (one, or the sweep's) and returns the report: a
+// single run's, or {"sweep": KIND, "points": [one report per size]}.
+nlohmann::json RunAll(Communicator& comm, const Flags& flags, const std::vector<Workload>& workloads,
+                      const BenchConfig& config) {
+  if (!flags.Has("sweep")) return RunWorker(comm, workloads.at(0), config);
+  nlohmann::json points = nlohmann::json::array();
+  for (const Workload& w : workloads) {
+    nlohmann::json report = RunWorker(comm, w, config);
+    AddBandwidths(report);
+    points.push_back(std::move(report));
+  }
+  return {{"sweep", flags.Str("sweep", "")}, {"points", points}};
+}
+
+void Print(const nlohmann::json& report) {
+  if (report.contains("sweep")) {
+    PrintSweep(report);
+  } else {
+    PrintReport(report);
+  }
+}
+
+// One worker: --rank R --rendezvous URL, or started by torchrun / mpirun
+// (`launch`), over Gloo or MPI.
+int RunOneWorker(const Flags& flags, const Environment& env, const std::optional<LaunchInfo>& launch) {
+  const std::string transport = Transport(flags);
+  const BenchConfig config = Config(flags);
+  std::unique_ptr<Communicator> comm;
+  std::vector<Workload> workloads;
+  if (transport == "mpi") {
+    comm = ConnectMpiTransport(flags);
+    if (flags.Has("world") && flags.Int("world", 0) != comm->size()) {
+      throw UsageError("--world " + flags.Str("world", "") + " differs from MPI's world size " +
+                       std::to_string(comm->size()));
+    }
+    workloads = Workloads(flags, comm->size(), env);
+  } else {
+    int world = static_cast<int>(flags.Int("world", 8));
+    int rank = static_cast<int>(flags.Int("rank", 0));
+    GlooOptions options;
+    options.rendezvous = flags.Str("rendezvous", "");
+    options.prefix = flags.Str("prefix", "zen-bench");
+    if (launch) {
+      if (flags.Has("rank")) throw UsageError("--rank is set by " + launch->launcher + "; drop it");
+      if (flags.Has("world") && world != launch->size) {
+        throw UsageError("--world " + std::to_string(world) + " differs from " + launch->launcher +
+                         "'s world size " + std::to_string(launch->size));
+      }
+      world = launch->size;
+      rank = launch->rank;
+      options.rendezvous = launch->rendezvous;
+      if (options.rendezvous == "mpi://") {
+        throw UsageError("Gloo under mpirun needs a store: set ZEN_RENDEZVOUS=file:DIR (a shared "
+                         "directory) or redis://HOST:PORT, or use --transport mpi");
+      }
+      // Until the comm layer's run generations land, the job id keeps
+      // elastic generations apart through the key prefix.
+      if (!launch->job.empty()) options.prefix += "/" + launch->job;
+    }
+    if (world < 1) throw UsageError("--world must be >= 1");
+    if (rank < 0 || rank >= world) {
+      throw UsageError("--rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world) + ")");
+    }
+    if (options.rendezvous.empty()) throw UsageError("--rank needs --rendezvous URL");
+    workloads = Workloads(flags, world, env);  // fail on a bad workload before connecting
+    options.hostname = flags.Str("hostname", env.Get("ZEN_HOSTNAME").value_or("127.0.0.1"));
+    options.timeout = std::chrono::milliseconds(flags.Int("timeout-s", 60) * 1000);
+    comm = ConnectGloo(rank, world, options);
+  }
+  const int rank = comm->rank();
+  const nlohmann::json report = RunAll(*comm, flags, workloads, config);
+  if (rank == 0) {
+    if (auto file = flags.Get("report-file")) {  // the local launcher prints and judges
+      std::ofstream f(*file);
+      f << report.dump() << "\n";
+      if (!f) throw InvalidArgument("cannot write --report-file " + *file);
+      return 0;
+    }
+    Print(report);
+    std::fflush(stdout);
+    WriteJson(flags, report);
+  }
+  if (flags.Has("report-file")) return 0;
+  // Every rank holds the gathered report: each exits non-zero on a failure.
+  return Verdict(report, rank == 0);
 }
 
 }  // namespace
 
-int RunBench(Args args) {
+int RunBench(Args args, const Environment& env) {
   Flags flags(args, kValues, kSwitches);
-  if (flags.Has("help")) {
+  if (flags.help()) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  if (flags.Has("rank")) return RunOneWorker(flags);
+  const std::string rendezvous = flags.Str("rendezvous", "");
+  if (rendezvous == "env://" || rendezvous == "mpi://" ||
+      (!flags.Has("rank") && rendezvous.empty() && StartedByLauncher(env))) {
+    std::optional<LaunchInfo> launch = LaunchFromEnv(env.vars);
+    if (!launch && Transport(flags) != "mpi") {
+      throw UsageError("--rendezvous " + (rendezvous.empty() ? std::string("env://") : rendezvous) +
+                       ": no launcher variables (torchrun: RANK, WORLD_SIZE, MASTER_ADDR, "
+                       "MASTER_PORT; mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE)");
+    }
+    return RunOneWorker(flags, env, launch);
+  }
+  if (flags.Has("rank")) return RunOneWorker(flags, env, std::nullopt);
+  LauncherSignals signals;  // SIGINT/SIGTERM/SIGHUP stop the workers, then unwind
   std::optional<TestbedSpec> link;
   if (auto spec = flags.Get("testbed")) link = ParseTestbedSpec(*spec);
   const int world = static_cast<int>(flags.Int("world", link ? link->hosts : 8));
@@ -130,9 +278,18 @@ int RunBench(Args args) {
                           std::to_string(link->hosts) + " testbed hosts");
   }
   const BenchConfig config = Config(flags);  // fail fast on bad options, before spawning
+  const std::string transport = Transport(flags);
   const std::vector<std::string> peers = ParsePeers(flags.Str("peers", ""));
-  const Workload workload = LoadWorkload(flags, world);  // and on a bad workload
+  const bool sweep = !SweepPoints(flags).empty();
+  if (sweep && !peers.empty()) throw UsageError("--sweep and --peers cannot be combined");
+  if (transport == "mpi" && (link || !peers.empty())) {
+    throw UsageError("--transport mpi runs on this machine's MPI: no --testbed or --peers");
+  }
+  // ... and on a bad workload (a sweep's sizes are generated by the workers).
+  const std::optional<Workload> workload =
+      sweep ? std::nullopt : std::optional<Workload>(LoadWorkload(flags, world, env));
   const bool progress = !flags.Has("quiet") && isatty(STDERR_FILENO);
+  LauncherSignals::ThrowIfInterrupted();
 
   std::unique_ptr<Testbed> bed;  // torn down on every way out
   if (link) bed = std::make_unique<Testbed>(*link);
@@ -142,7 +299,9 @@ int RunBench(Args args) {
   worker_args.insert(worker_args.end(), {"--world", std::to_string(world), "--report-file",
                                          scratch.path() + "/report.json"});
   if (bed) worker_args.insert(worker_args.end(), {"--wire-iface", kTestbedInterface});
-  if (const int rc = LaunchLocalWorkers(worker_args, world, progress, plan); rc != 0) return rc;
+  const int rc = transport == "mpi" ? LaunchMpiWorkers(worker_args, world)
+                                    : LaunchLocalWorkers(worker_args, world, progress, plan);
+  if (rc != 0) return 1;
   std::ifstream in(scratch.path() + "/report.json");
   if (!in) throw InvalidArgument("worker rank 0 wrote no report");
   nlohmann::json report = nlohmann::json::parse(in);
@@ -162,20 +321,23 @@ int RunBench(Args args) {
     Trace trace;
     trace.world_size = world;
     trace.metadata["generator"] = "zen bench (workload handed to the peers)";
-    trace.Add(run.tensor, workload.per_rank);
+    trace.Add(run.tensor, workload->per_rank);
     WriteTrace(run.trace_path, trace);
     for (nlohmann::json& row : RunPeers(run)) report["results"].push_back(std::move(row));
   }
-  AnnotateReport(report, link ? &*link : nullptr, UsableCores());
-  PrintReport(report);
-  std::fflush(stdout);
-  for (const std::string& w : CpuWarnings(report)) std::fprintf(stderr, "%s\n", w.c_str());
-  if (auto out = flags.Get("json")) {
-    std::ofstream f(*out);
-    f << report.dump(2) << "\n";
-    if (!f) throw InvalidArgument("cannot write --json " + *out);
+  LauncherSignals::ThrowIfInterrupted();
+  if (sweep) {
+    for (nlohmann::json& point : report["points"]) AnnotateReport(point, link ? &*link : nullptr, UsableCores());
+    PrintSweep(report);
+  } else {
+    AnnotateReport(report, link ? &*link : nullptr, UsableCores());
+    PrintReport(report);
+    std::fflush(stdout);
+    for (const std::string& w : CpuWarnings(report)) std::fprintf(stderr, "%s\n", w.c_str());
   }
-  return 0;
+  std::fflush(stdout);
+  WriteJson(flags, report);
+  return Verdict(report, /*say=*/true);
 }
 
 }  // namespace zen::cli

@@ -1,4 +1,5 @@
 // The human-readable table of `zen bench`.
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -72,6 +73,37 @@ void PrintReport(const nlohmann::json& report) {
     std::printf(" %10.2e %9lld\n", r["max_rel_error"].get<double>(),
                 r["rows_mismatch"].get<long long>());
   }
+}
+
+std::vector<std::string> ReportFailures(const nlohmann::json& report) {
+  std::vector<std::string> out;
+  if (report.contains("points")) {  // a --sweep: every size's failures
+    for (const auto& p : report["points"]) {
+      const std::string size = "rows " + std::to_string(p["tensor"]["rows"].get<long long>()) + ", ";
+      for (const std::string& f : ReportFailures(p)) out.push_back(size + f);
+    }
+    return out;
+  }
+  if (!report.contains("results")) return {"the report holds no results"};
+  for (const auto& r : report["results"]) {
+    const std::string name = r.value("scheme", std::string("?"));
+    if (r.contains("error")) {
+      out.push_back(name + ": error: " + r["error"].get<std::string>());
+      continue;
+    }
+    const int64_t bad = r.value("rows_mismatch", int64_t{0});
+    // NaN or absent is a failure too: "not (err <= tol)".
+    const double err = r.contains("max_rel_error") && r["max_rel_error"].is_number()
+                           ? r["max_rel_error"].get<double>()
+                           : NAN;
+    if (bad != 0 || !(err <= kMaxRelError)) {
+      char line[160];
+      std::snprintf(line, sizeof line, "%s: inexact result: rows bad %lld, max relerr %.3g (limit %.0e)",
+                    name.c_str(), static_cast<long long>(bad), err, kMaxRelError);
+      out.push_back(line);
+    }
+  }
+  return out;
 }
 
 }  // namespace zen::cli

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "tools/zen/bench.h"
+#include "tools/zen/bench_reference.h"
 #include "tools/zen/registry_view.h"
 #include "zen/comm/collectives.h"
 #include "zen/core/error.h"
@@ -44,7 +45,7 @@ std::optional<WireCounters> ReadWire(const std::string& iface) {
 
 // This rank's measurements of one scheme.
 json MeasureScheme(Communicator& comm, const std::string& id, const Workload& workload,
-                   const DenseReference& reference, const BenchConfig& config, int index) {
+                   const SparseReference& reference, const BenchConfig& config, int index) {
   SchemeOptions options;
   options.threads = config.threads;
   auto scheme = CliSchemes().Create(id, options);
@@ -194,7 +195,7 @@ json TensorSummary(const Workload& workload) {
 }  // namespace
 
 json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config) {
-  const DenseReference reference(workload.per_rank);
+  const SparseReference reference(workload.per_rank);
   std::vector<json> mine;
   for (size_t k = 0; k < config.schemes.size(); ++k) {
     const std::string& id = config.schemes[k];
@@ -210,7 +211,8 @@ json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& 
   if (config.progress && comm.rank() == 0) std::fprintf(stderr, "\r%70s\r", "");
   const std::string text = json(mine).dump();
   const auto gathered = AllGatherV(comm, std::as_bytes(std::span<const char>(text)));
-  if (comm.rank() != 0) return nullptr;
+  // Every rank builds the report (so that every rank knows the verdict and
+  // exits accordingly); rank 0 prints it.
   std::vector<std::vector<json>> by_rank;
   for (const ByteBuffer& b : gathered) {
     by_rank.push_back(json::parse(std::string(reinterpret_cast<const char*>(b.data()), b.size())));

@@ -3,22 +3,25 @@
 #include <filesystem>
 
 #include "tools/zen/bench.h"
+#include "tools/zen/data_files.h"
 #include "zen/core/error.h"
 #include "zen/workload/synthetic.h"
 #include "zen/workload/trace.h"
 
-#ifndef ZEN_DEFAULT_TRACE
-#define ZEN_DEFAULT_TRACE ""
+#ifndef ZEN_SHIPPED_TRACE
+#define ZEN_SHIPPED_TRACE "gcide-lm-n8.safetensors"
 #endif
 
 namespace zen::cli {
 namespace {
 
-// The shipped trace: $ZEN_DEFAULT_TRACE, else the path compiled in (source
-// tree or install prefix).
-std::string DefaultTracePath() {
-  if (const char* env = std::getenv("ZEN_DEFAULT_TRACE"); env && *env) return env;
-  return ZEN_DEFAULT_TRACE;
+// The shipped trace: $ZEN_DEFAULT_TRACE, else the one installed with this
+// executable (<prefix>/share/zen/traces) or, in a build tree, the source
+// tree's data/traces (tools/zen/data_files.h); "" when there is none.
+std::string DefaultTracePath(const Environment& env) {
+  if (auto path = env.Get("ZEN_DEFAULT_TRACE")) return *path;
+  return FindDataFile(std::string("traces/") + ZEN_SHIPPED_TRACE,
+                      std::string("data/traces/") + ZEN_SHIPPED_TRACE);
 }
 
 Workload FromTrace(const std::string& path, const std::string& tensor, int world) {
@@ -40,7 +43,7 @@ Workload FromTrace(const std::string& path, const std::string& tensor, int world
 
 }  // namespace
 
-Workload LoadWorkload(const Flags& flags, int world) {
+Workload LoadWorkload(const Flags& flags, int world, const Environment& env) {
   if (flags.Has("trace") && flags.Has("synthetic")) {
     throw InvalidArgument("give either --trace or --synthetic, not both");
   }
@@ -49,7 +52,7 @@ Workload LoadWorkload(const Flags& flags, int world) {
     return {"synthetic " + ToString(s), GenerateSynthetic(s, world)};
   }
   if (auto path = flags.Get("trace")) return FromTrace(*path, flags.Str("tensor", ""), world);
-  const std::string def = DefaultTracePath();
+  const std::string def = DefaultTracePath(env);
   if (!def.empty() && std::filesystem::exists(def)) {
     return FromTrace(def, flags.Str("tensor", ""), world);
   }

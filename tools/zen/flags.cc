@@ -4,13 +4,34 @@
 
 namespace zen::cli {
 
-Flags::Flags(Args args, std::set<std::string> values, std::set<std::string> switches) {
+Flags::Flags(Args args, std::set<std::string> values, std::set<std::string> switches,
+             size_t max_positional) {
+  switches.insert("help");
+  for (const std::string& a : args) {
+    if (a == "--") break;
+    if (a == "-h" || a == "--help") {
+      // Help wins: nothing else is parsed, so a malformed rest cannot keep
+      // the user from reading how to write it.
+      help_ = true;
+      switches_.insert("help");
+      return;
+    }
+  }
+  bool only_positional = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) {
+    if (only_positional || a.size() < 2 || a[0] != '-') {
+      if (positional_.size() >= max_positional) {
+        throw UsageError("unexpected argument '" + a + "' (see --help)");
+      }
       positional_.push_back(a);
       continue;
     }
+    if (a == "--") {
+      only_positional = true;
+      continue;
+    }
+    if (a[1] != '-') throw UsageError("unknown option " + a + " (see --help)");
     std::string name = a.substr(2), value;
     const size_t eq = name.find('=');
     const bool inline_value = eq != std::string::npos;
@@ -19,16 +40,16 @@ Flags::Flags(Args args, std::set<std::string> values, std::set<std::string> swit
       name = name.substr(0, eq);
     }
     if (switches.count(name)) {
-      if (inline_value) throw InvalidArgument("--" + name + " takes no value");
+      if (inline_value) throw UsageError("--" + name + " takes no value");
       switches_.insert(name);
     } else if (values.count(name)) {
       if (!inline_value) {
-        if (i + 1 >= args.size()) throw InvalidArgument("--" + name + " needs a value");
+        if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
         value = args[++i];
       }
       values_[name] = value;
     } else {
-      throw InvalidArgument("unknown option --" + name + " (see --help)");
+      throw UsageError("unknown option --" + name + " (see --help)");
     }
   }
 }
@@ -56,7 +77,7 @@ int64_t Flags::Int(const std::string& name, int64_t fallback) const {
     if (used == v->size()) return out;
   } catch (const std::exception&) {
   }
-  throw InvalidArgument("--" + name + "=" + *v + " is not an integer");
+  throw UsageError("--" + name + "=" + *v + " is not an integer");
 }
 
 double Flags::Double(const std::string& name, double fallback) const {
@@ -68,7 +89,7 @@ double Flags::Double(const std::string& name, double fallback) const {
     if (used == v->size()) return out;
   } catch (const std::exception&) {
   }
-  throw InvalidArgument("--" + name + "=" + *v + " is not a number");
+  throw UsageError("--" + name + "=" + *v + " is not a number");
 }
 
 std::vector<std::string> SplitList(const std::string& text) {

@@ -6,8 +6,31 @@
 // prefix (the testbed runs worker i under `ip netns exec HOST_i`) and bound
 // to its own address. The first worker to fail stops the run: the others
 // are killed and the launcher returns non-zero, naming the rank and status.
+//
+// The workers die with the launcher, however it ends:
+//   - every child asks the kernel for SIGKILL when its parent dies
+//     (prctl(PR_SET_PDEATHSIG)), and exits at once if the parent is already
+//     gone when it gets there;
+//   - while a LauncherSignals object lives, SIGINT / SIGTERM / SIGHUP are
+//     forwarded to every child; the supervisor then waits for them (SIGKILL
+//     after 5 s) and throws Interrupted, so destructors run (temporary
+//     directories, testbed) and main() dies of the same signal;
+//   - a TempDir is also removed by a small guard process when the launcher
+//     is killed with SIGKILL (the guard sees its pipe from the launcher
+//     close).
+// Workers get the caller's environment unchanged: no allocator tuning is
+// added, so the figures are what a user's job gets.
+//
+// Usage:
+//   LauncherSignals signals;          // in the launcher only
+//   TempDir dir;                      // removed on every way out
+//   int rc = LaunchLocalWorkers(args, world, /*progress=*/false);
+//   LauncherSignals::ThrowIfInterrupted();
 #pragma once
 
+#include <sys/types.h>
+
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,8 +38,34 @@
 
 namespace zen::cli {
 
+// The launcher got SIGINT / SIGTERM / SIGHUP; its children are stopped.
+class Interrupted : public std::runtime_error {
+ public:
+  explicit Interrupted(int sig);
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+// Installs the forwarding handlers of SIGINT, SIGTERM and SIGHUP for its
+// lifetime (restoring the previous ones after). One at a time.
+class LauncherSignals {
+ public:
+  LauncherSignals();
+  ~LauncherSignals();
+  LauncherSignals(const LauncherSignals&) = delete;
+  LauncherSignals& operator=(const LauncherSignals&) = delete;
+
+  // The signal received so far, 0 if none.
+  static int Received();
+  // Throws Interrupted if a signal was received.
+  static void ThrowIfInterrupted();
+};
+
 // A fresh directory under $TMPDIR (else /tmp), removed with its contents
-// when the object goes away.
+// when the object goes away, or by its guard process when this process is
+// killed.
 class TempDir {
  public:
   TempDir();
@@ -27,6 +76,8 @@ class TempDir {
 
  private:
   std::string path_;
+  int guard_fd_ = -1;
+  pid_t guard_pid_ = -1;
 };
 
 struct LaunchPlan {
@@ -36,17 +87,17 @@ struct LaunchPlan {
 
 int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& plan = {});
 
-// Starts one process per argv (rank = position) and waits for all; the first
-// failure kills the rest and returns 1, naming `what` and the rank.
-// Every worker process (zen's and the PyTorch peers alike) starts with the
-// same glibc allocator settings: the caller's GLIBC_TUNABLES / MALLOC_*_
-// if set, otherwise a trim threshold of 256 MiB and an mmap threshold of
-// 64 MiB, so buffers freed after one sync are reused by the next instead of
-// being returned to the kernel and faulted in again. Sets GLIBC_TUNABLES
-// in this process's environment (inherited by children); returns what the
-// workers get ("" when the caller set MALLOC_*_ variables instead).
+// The same through MPI: one `mpirun -np N --oversubscribe zen bench ARGS`
+// (plus --allow-run-as-root as root), supervised like a worker.
+int LaunchMpiWorkers(Args args, int world);
+
+// What the workers' allocator is configured with: the caller's
+// GLIBC_TUNABLES, "" when unset. zen sets nothing (reports record it).
 std::string WorkerMallocTuning();
 
+// Starts one process per argv (rank = position) and waits for all; the first
+// failure kills the rest and returns 1, naming `what` and the rank. Throws
+// Interrupted after stopping them when the launcher got a signal.
 int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
                        const std::string& what);
 

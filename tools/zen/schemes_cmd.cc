@@ -7,9 +7,9 @@
 
 namespace zen::cli {
 
-int RunSchemes(Args args) {
-  Flags flags(args, {}, {"help"});
-  if (flags.Has("help")) {
+int RunSchemes(Args args, const Environment&) {
+  Flags flags(args, {}, {});
+  if (flags.help()) {
     std::printf("usage: zen schemes\n  Lists the registered synchronization schemes.\n");
     return 0;
   }

@@ -214,12 +214,12 @@ json PredictionJson(const Prediction& p, double dense_s) {
 
 }  // namespace
 
-int RunSimulate(Args args) {
+int RunSimulate(Args args, const Environment&) {
   Flags flags(args,
               {"profile", "tensor", "synthetic", "ranks", "world", "bandwidth", "latency-us",
                "fit-ranks", "max-scan", "json"},
-              {"help"});
-  if (flags.Has("help")) {
+              {});
+  if (flags.help()) {
     std::fputs(kHelp, stdout);
     return 0;
   }
