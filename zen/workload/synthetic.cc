@@ -47,6 +47,15 @@ int64_t ParseInt(std::string_view key, std::string_view value) {
   return v;
 }
 
+// A seed is any uint64 (ToString prints it so; seeds from 2^63 on must
+// parse back), or a negative int64 taken modulo 2^64 as before.
+uint64_t ParseSeed(std::string_view key, std::string_view value) {
+  uint64_t u = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), u);
+  if (ec == std::errc() && p == value.data() + value.size()) return u;
+  return static_cast<uint64_t>(ParseInt(key, value));
+}
+
 // v.resize(n) where running out of memory is InvalidArgument naming the
 // rank, the spec and the bytes, never std::bad_alloc / std::length_error.
 template <typename T>
@@ -95,7 +104,7 @@ SyntheticSpec ParseSyntheticSpec(std::string_view text) {
     else if (key == "width") s.width = ParseInt(key, value);
     else if (key == "density") s.density = ParseDouble(key, value);
     else if (key == "skew") s.skew = ParseDouble(key, value);
-    else if (key == "seed") s.seed = static_cast<uint64_t>(ParseInt(key, value));
+    else if (key == "seed") s.seed = ParseSeed(key, value);
     else throw InvalidArgument("synthetic spec: unknown key '" + std::string(key) + "'");
   }
   Validate(s);
