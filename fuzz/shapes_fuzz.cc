@@ -7,7 +7,8 @@
 // Accepted: InvalidArgument from the constructors, FormatError from the
 // trace reader. Anything else (a wrapped size read past a buffer, UB,
 // std::bad_alloc, std::length_error, an allocation the shape did not
-// justify) is a finding. Parameter bytes: see ReadShape.
+// justify) is a finding. Parameter bytes: Dim() for rows and width, a
+// count byte, then per id a selector and 8 bytes, then value bytes.
 #include <unistd.h>
 
 #include <cstring>
