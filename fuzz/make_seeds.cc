@@ -170,6 +170,68 @@ void PeerSeeds(const fs::path& dir) {
   }
 }
 
+
+// ---- shapes_fuzz and synthetic_fuzz (issue 13, item 2: size arithmetic) ----
+
+// One Dim() of shapes_fuzz: selector, then 8 little-endian bytes.
+void PutDim(std::vector<uint8_t>& out, uint8_t selector, uint64_t raw) {
+  out.push_back(selector);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(raw >> (8 * i)));
+}
+
+void ShapesSeeds(const fs::path& dir) {
+  struct Seed {
+    const char* name;
+    uint8_t rs;
+    uint64_t rows;
+    uint8_t ws;
+    uint64_t width;
+    uint8_t counts;  // nnz = counts % 8
+  };
+  // Selectors: 0 raw, 1 2^r, 2 2^r + 1, 3 2^r - 1, 4 INT64_MAX - r,
+  // 5 r % 4096, 6 INT64_MAX / (1 + r), 7 -r.
+  const Seed seeds[] = {
+      {"small", 0, 10, 0, 3, 3},
+      {"wraps_size_t", 2, 62, 0, 4, 2},       // (2^62 + 1) x 4: the issue 13 crash
+      {"int64_max_rows", 4, 0, 0, 1, 2},      // rows 2^63 - 1, width 1
+      {"elements_overflow", 1, 20, 1, 44, 1}, // the trace of issue 13
+      {"width_limit", 0, 3, 6, 2, 1},         // rows 3 x width INT64_MAX / 3
+      {"dense_small", 5, 40, 5, 8, 4},
+      {"negative", 7, 1, 0, 2, 0},
+  };
+  for (const Seed& sd : seeds) {
+    std::vector<uint8_t> in;
+    PutDim(in, sd.rs, sd.rows);
+    PutDim(in, sd.ws, sd.width);
+    in.push_back(sd.counts);
+    for (int i = 0; i < sd.counts % 8; ++i) {
+      in.push_back(static_cast<uint8_t>(i % 2));  // near 0, then near rows
+      for (int b = 0; b < 8; ++b) in.push_back(b == 0 ? static_cast<uint8_t>(i) : 0);
+    }
+    for (int v = 0; v < 64; ++v) in.push_back(static_cast<uint8_t>(v));
+    Write(dir, sd.name, in, {});
+  }
+}
+
+void SyntheticSeeds(const fs::path& dir) {
+  const char* specs[] = {
+      "zipf:rows=100000,width=64,density=0.01,skew=1.1",
+      "zipf:rows=1e6",
+      "zipf:rows=1000,width=4,density=1,skew=0,seed=7",
+      "zipf:rows=9223372036854775807,width=1",
+      "zipf:rows=4611686018427387905,width=4",
+      "zipf:rows=1e300",
+      "zipf:seed=-1",
+      "zipf:density=nan,skew=inf",
+  };
+  int i = 0;
+  for (const char* spec : specs) {
+    const std::string text(spec);
+    Write(dir, "spec" + std::to_string(i++), {},
+          std::as_bytes(std::span<const char>(text.data(), text.size())));
+  }
+}
+
 }  // namespace
 }  // namespace zen::fuzz
 
@@ -183,5 +245,7 @@ int main(int argc, char** argv) {
   zen::fuzz::RowsSeeds(root / "rows");
   zen::fuzz::TraceSeeds(root / "trace");
   zen::fuzz::PeerSeeds(root / "peer");
+  zen::fuzz::ShapesSeeds(root / "shapes");
+  zen::fuzz::SyntheticSeeds(root / "synthetic");
   return 0;
 }

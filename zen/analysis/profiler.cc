@@ -6,6 +6,7 @@
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/peer_pattern.h"
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 #include "zen/core/hash.h"
 #include "zen/schemes/omnireduce.h"
@@ -213,8 +214,10 @@ WorkloadProfile MeasureProfile(Communicator& comm, const SparseTensor& local,
   const std::vector<int64_t> wire = Serialize(mine);
   // A summary holds 2 + 2n counts and at most every row id (bounds what a
   // peer may announce).
-  const int64_t words = 2 + 2 * int64_t{n} + local.rows();
-  const int64_t bound = words > INT64_MAX / 8 ? INT64_MAX : words * 8;
+  // 2 + 2n + rows wrapped for rows near 2^63 (a 40-byte bound: auto failed).
+  int64_t words = 0;
+  const bool fits = TryAdd(2 + 2 * int64_t{n}, local.rows(), words) && words <= INT64_MAX / 8;
+  const int64_t bound = fits ? words * 8 : INT64_MAX;
   const std::vector<ByteBuffer> all = AllGatherV(comm, AsBytes(wire), bound);
   std::vector<RankSummary> ranks;
   const Where where{comm.rank(), local.name()};

@@ -3,9 +3,11 @@
 //
 // MergeSum / SumAll are the reduction kernels schemes use (sorted-id merges;
 // a CUDA backend would replace them behind the same signatures).
-// DenseReference is deliberately independent of them: it scatters every
-// input into a dense double buffer, so a test that compares a scheme's result
-// with it does not share code with the scheme.
+// DenseReference is deliberately independent of them: it sums every input
+// in double precision into the sorted union of their rows, so a test that
+// compares a scheme's result with it does not share code with the scheme.
+// Its memory is proportional to the non-zeros, not to rows x width (rows
+// 2^62 with a few ids are fine).
 //
 // Usage:
 //   SparseTensor sum = zen::SumAll(inputs);                // union of rows
@@ -40,7 +42,8 @@ struct Agreement {
   int64_t rows_mismatch = 0;  // rows present in exactly one of got and ref
 };
 
-// The dense sum of N inputs in double precision, with the set of present rows.
+// The sum of N inputs in double precision over the union of their rows
+// (the dense sum, stored sparsely), with the set of present rows.
 class DenseReference {
  public:
   explicit DenseReference(std::span<const SparseTensor> inputs);
@@ -56,12 +59,15 @@ class DenseReference {
   int64_t present_rows() const { return present_count_; }
 
  private:
+  // Index of id in ids_, or ids_.size() when no input has that row.
+  size_t Slot(int64_t id) const;
+
   int64_t rows_ = 0;
   int64_t width_ = 0;
   int64_t present_count_ = 0;
   double max_abs_ = 0;
-  std::vector<double> sum_;
-  std::vector<uint8_t> present_;
+  std::vector<int64_t> ids_;  // sorted union of the inputs' rows
+  std::vector<double> sum_;   // ids_.size() x width, row-major
 };
 
 }  // namespace zen

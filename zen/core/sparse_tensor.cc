@@ -1,8 +1,11 @@
 #include "zen/core/sparse_tensor.h"
 
 #include <algorithm>
+#include <new>
 #include <numeric>
+#include <stdexcept>
 
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -13,7 +16,11 @@ bool RowIsZero(std::span<const float> row) {
 }
 
 void CheckValueCount(size_t nnz, int64_t width, size_t values, const std::string& name) {
-  const size_t want = nnz * static_cast<size_t>(width);
+  size_t want = 0;
+  if (!TryMul(nnz, static_cast<size_t>(width), want)) {
+    throw InvalidArgument(Where{-1, name}, "values: ", nnz, " ids x width ", width,
+                          " overflows size_t");
+  }
   if (values != want) {
     throw InvalidArgument(Where{-1, name}, "values has ", values, " floats, expected ", nnz,
                           " ids x width ", width, " = ", want);
@@ -34,6 +41,17 @@ void CheckRange(std::span<const int64_t> ids, int64_t rows, const std::string& n
 void ValidateShape(int64_t rows, int64_t width, const std::string& name) {
   if (rows < 1) throw InvalidArgument(Where{-1, name}, "rows must be >= 1, got ", rows);
   if (width < 1) throw InvalidArgument(Where{-1, name}, "width must be >= 1, got ", width);
+  int64_t elements = 0;
+  if (!TryMul(rows, width, elements)) {
+    throw InvalidArgument(Where{-1, name}, "rows ", rows, " x width ", width,
+                          " overflows int64: the dense shape has more than 2^63 - 1 elements");
+  }
+}
+
+size_t DenseElements(int64_t rows, int64_t width, std::string_view name) {
+  // Negative sizes, and rows x width x 4 beyond int64 / size_t, are rejected.
+  CheckedBytes(rows, width, sizeof(float), Where{-1, name}, "dense rows x width x 4 bytes");
+  return static_cast<size_t>(rows) * static_cast<size_t>(width);
 }
 
 SparseTensor::SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids,
@@ -99,8 +117,9 @@ SparseTensor SparseTensor::FromCoo(int64_t rows, int64_t width, std::vector<int6
 SparseTensor SparseTensor::FromDense(std::span<const float> dense, int64_t rows, int64_t width,
                                      std::string name) {
   ValidateShape(rows, width, name);
+  const size_t elements = DenseElements(rows, width, name);
   const size_t w = static_cast<size_t>(width);
-  if (dense.size() != static_cast<size_t>(rows) * w) {
+  if (dense.size() != elements) {
     throw InvalidArgument(Where{-1, name}, "dense buffer has ", dense.size(),
                           " floats, expected rows ", rows, " x width ", width);
   }
@@ -125,14 +144,25 @@ double SparseTensor::density() const {
 }
 
 std::vector<float> SparseTensor::ToDense() const {
-  std::vector<float> out(static_cast<size_t>(rows_) * static_cast<size_t>(width_));
+  const size_t elements = DenseElements(rows_, width_, name_);
+  std::vector<float> out;
+  try {
+    out.resize(elements);
+  } catch (const std::bad_alloc&) {
+    throw InvalidArgument(Where{-1, name_}, "the dense form of rows ", rows_, " x width ", width_,
+                          " needs ", elements * sizeof(float), " bytes: out of memory");
+  } catch (const std::length_error&) {
+    throw InvalidArgument(Where{-1, name_}, "the dense form of rows ", rows_, " x width ", width_,
+                          " needs ", elements * sizeof(float), " bytes: more than a vector holds");
+  }
   ToDense(out);
   return out;
 }
 
 void SparseTensor::ToDense(std::span<float> out) const {
+  const size_t elements = DenseElements(rows_, width_, name_);
   const size_t w = static_cast<size_t>(width_);
-  if (out.size() != static_cast<size_t>(rows_) * w) {
+  if (out.size() != elements) {
     throw InvalidArgument(Where{-1, name_}, "dense output has ", out.size(),
                           " floats, expected rows ", rows_, " x width ", width_);
   }

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zen {
@@ -42,8 +43,9 @@ class SparseTensor {
   // A tensor with no present rows. rows >= 1 and width >= 1.
   static SparseTensor Empty(int64_t rows, int64_t width, std::string name = {});
 
-  // From COO input in any order. Validates every id against [0, rows) and
-  // values.size() == ids.size() * width; sorts; handles duplicates as told.
+  // From COO input in any order. Validates the shape (rows, width >= 1,
+  // rows x width fits int64), every id against [0, rows) and values.size()
+  // == ids.size() * width (checked); sorts; handles duplicates as told.
   static SparseTensor FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
                               std::vector<float> values, Duplicates duplicates = Duplicates::kReject,
                               std::string name = {});
@@ -54,7 +56,9 @@ class SparseTensor {
                                  std::vector<float> values, std::string name = {});
 
   // From a dense row-major [rows x width] buffer: rows whose values are all
-  // zero are skipped (for width 1: zero elements).
+  // zero are skipped (for width 1: zero elements). dense.size() must equal
+  // rows x width, computed without wrapping (rows 2^62 + 1 x width 4 is
+  // InvalidArgument, not a 4-float buffer).
   static SparseTensor FromDense(std::span<const float> dense, int64_t rows, int64_t width,
                                 std::string name = {});
 
@@ -76,9 +80,12 @@ class SparseTensor {
   // Bytes of one row's values.
   size_t row_bytes() const { return static_cast<size_t>(width_) * sizeof(float); }
 
-  // Dense [rows x width] copy; absent rows are zero.
+  // Dense [rows x width] copy; absent rows are zero. A shape whose dense
+  // form cannot be counted or allocated is InvalidArgument naming the
+  // tensor and the bytes (never std::bad_alloc or std::length_error).
   std::vector<float> ToDense() const;
-  // Writes the dense form into out (size rows * width): absent rows zeroed.
+  // Writes the dense form into out (size rows * width, checked without
+  // wrapping): absent rows zeroed.
   void ToDense(std::span<float> out) const;
 
   // Moves the storage out (for schemes that reuse buffers).
@@ -98,7 +105,14 @@ class SparseTensor {
   std::string name_;
 };
 
-// Checks rows >= 1 and width >= 1; InvalidArgument naming the tensor otherwise.
+// Checks rows >= 1, width >= 1 and that rows x width fits int64 (the dense
+// shape a tensor stands for must be countable); InvalidArgument naming the
+// tensor otherwise.
 void ValidateShape(int64_t rows, int64_t width, const std::string& name);
+
+// rows x width as a size_t element count whose byte count (x 4) also fits
+// size_t: what a dense buffer of the shape holds. InvalidArgument naming the
+// tensor and both operands on overflow or a negative size; never wraps.
+size_t DenseElements(int64_t rows, int64_t width, std::string_view name = {});
 
 }  // namespace zen

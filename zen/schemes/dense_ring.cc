@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "zen/comm/peer_pattern.h"
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/schemes/wire.h"
 
 namespace zen {
 namespace {
@@ -58,11 +60,21 @@ class DenseRing final : public Scheme {
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
     const size_t w = static_cast<size_t>(local.width());
-    std::vector<float> dense = local.ToDense();
+    const Where where{comm.rank(), local.name()};
+    // rows x width x 4 bytes, checked, then allocated without letting
+    // bad_alloc / length_error escape (rows 2^40 of width 64 need 256 TiB).
+    const size_t elements = static_cast<size_t>(
+        CheckedBytes(local.rows(), local.width(), sizeof(float), where, "dense: rows x width x 4") /
+        sizeof(float));
+    std::vector<float> dense;
+    ResizeOrThrow(dense, elements, where, "dense: the densified tensor");
+    local.ToDense(dense);
     RingAllReduce(comm, std::span<float>(dense), [](float& a, float b) { a += b; });
     // Row presence travels as a bitmap, OR-reduced, so rows that sum to zero
     // are still reported (1 bit per row on top of the values).
-    std::vector<uint64_t> present((static_cast<size_t>(local.rows()) + 63) / 64, 0);
+    std::vector<uint64_t> present;
+    ResizeOrThrow(present, (static_cast<size_t>(local.rows()) + 63) / 64, where,
+                  "dense: the row-presence bitmap");
     for (int64_t id : local.ids()) present[static_cast<size_t>(id) / 64] |= 1ULL << (id % 64);
     RingAllReduce(comm, std::span<uint64_t>(present), [](uint64_t& a, uint64_t b) { a |= b; });
     // Received bits: rows past the tensor would be read from beyond `dense`.
@@ -88,8 +100,16 @@ class DenseRing final : public Scheme {
   }
 
   // A dense bucket is reduced in place; presence is whatever is non-zero.
-  void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t, int64_t,
-                   std::string_view) override {
+  void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
+                   std::string_view tensor) override {
+    // rows x width without wrapping: rows 2^62 + 1 x width 4 is not a
+    // 4-float buffer.
+    const Where where{comm.rank(), tensor};
+    const size_t bytes = CheckedBytes(rows, width, sizeof(float), where, "dense: rows x width x 4");
+    if (buffer.size() != bytes / sizeof(float)) {
+      throw InvalidArgument(where, "dense buffer has ", buffer.size(), " floats, expected rows ",
+                            rows, " x width ", width, " = ", bytes / sizeof(float));
+    }
     RingAllReduce(comm, buffer, [](float& a, float b) { a += b; });
   }
 };

@@ -5,6 +5,7 @@
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/peer_pattern.h"
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 
@@ -15,23 +16,47 @@ constexpr char kDescription[] =
     "OmniReduce-style blocks: non-zero 256-value blocks (index + row mask + values) pushed to "
     "the owners of n even block ranges, summed and returned to everyone";
 
-// Where block b lies in the flattened rows x width tensor.
+// Where block b lies in the flattened rows x width tensor. Every quantity
+// is computed so that it cannot overflow int64 for any total = rows x width
+// that fits int64 (checked by MakeGeometry) and any b in [0, blocks()):
+// lo(b) <= total - 1, and hi(b) is lo(b) plus what is left, never
+// (b + 1) x block_values, which wraps for the last block of a tensor near
+// 2^63 values.
 struct Geometry {
   int64_t rows, width, block_values, total;
 
-  int64_t blocks() const { return (total + block_values - 1) / block_values; }
+  int64_t blocks() const { return total / block_values + (total % block_values != 0 ? 1 : 0); }
   int64_t lo(int64_t b) const { return b * block_values; }
-  int64_t hi(int64_t b) const { return std::min(total, (b + 1) * block_values); }
+  int64_t hi(int64_t b) const { return lo(b) + std::min(block_values, total - lo(b)); }
   int64_t first_row(int64_t b) const { return lo(b) / width; }
   int64_t touched(int64_t b) const { return (hi(b) - 1) / width - first_row(b) + 1; }
-  size_t mask_bytes(int64_t b) const { return static_cast<size_t>((touched(b) + 7) / 8); }
+  size_t mask_bytes(int64_t b) const {
+    const int64_t t = touched(b);
+    return static_cast<size_t>(t / 8 + (t % 8 != 0 ? 1 : 0));
+  }
+  // At most 8 + 2^27 + 2 + 4 x 2^30 bytes (block_values <= kMaxBlockValues).
   size_t record_bytes(int64_t b) const {
     return sizeof(uint64_t) + mask_bytes(b) + static_cast<size_t>(hi(b) - lo(b)) * sizeof(float);
   }
 };
 
-Geometry MakeGeometry(int64_t rows, int64_t width, int64_t block_values) {
-  return {rows, width, block_values, rows * width};
+// A block is at most 2^30 values (4 GiB of floats): record sizes then fit
+// size_t with room to spare.
+constexpr int64_t kMaxBlockValues = int64_t{1} << 30;
+
+void CheckBlockValues(int64_t block_values) {
+  if (block_values < 1 || block_values > kMaxBlockValues) {
+    throw InvalidArgument(Where{}, "omnireduce: block_values ", block_values,
+                          " must be in [1, 2^30]");
+  }
+}
+
+Geometry MakeGeometry(int64_t rows, int64_t width, int64_t block_values, const Where& where) {
+  CheckBlockValues(block_values);
+  if (rows < 0 || width < 0) {  // 0 is an empty tensor of no blocks (profiles, cost model)
+    throw InvalidArgument(where, "omnireduce: shape [", rows, ", ", width, "] is negative");
+  }
+  return {rows, width, block_values, CheckedMul(rows, width, where, "omnireduce: rows x width")};
 }
 
 // An upper bound on any message (the records of all blocks), saturating:
@@ -185,10 +210,7 @@ void DecodeInto(const Geometry& g, const std::vector<Record>& records, std::vect
 class OmniReduce final : public Scheme {
  public:
   explicit OmniReduce(int64_t block_values) : block_values_(block_values) {
-    if (block_values < 1) {
-      throw InvalidArgument("omnireduce: block_values " + std::to_string(block_values) +
-                            " must be >= 1");
-    }
+    CheckBlockValues(block_values);
   }
   std::string_view name() const override { return "omnireduce"; }
   std::string_view description() const override { return kDescription; }
@@ -197,8 +219,8 @@ class OmniReduce final : public Scheme {
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
     const int n = comm.size(), me = comm.rank();
     if (n == 1) return local;
-    const Geometry g = MakeGeometry(local.rows(), local.width(), block_values_);
     const Where where{me, local.name()};
+    const Geometry g = MakeGeometry(local.rows(), local.width(), block_values_, where);
     const int64_t nb = g.blocks();
     const std::vector<int64_t> bounds = BalancedChunkBounds(nb, n);
     const auto range = [&](int o) {
@@ -237,11 +259,15 @@ class OmniReduce final : public Scheme {
 }  // namespace
 
 int64_t OmniBlockCount(int64_t rows, int64_t width, int64_t block_values) {
-  return MakeGeometry(rows, width, block_values).blocks();
+  return MakeGeometry(rows, width, block_values, Where{}).blocks();
 }
 
 size_t OmniBlockRecordBytes(int64_t block, int64_t rows, int64_t width, int64_t block_values) {
-  return MakeGeometry(rows, width, block_values).record_bytes(block);
+  const Geometry g = MakeGeometry(rows, width, block_values, Where{});
+  if (block < 0 || block >= g.blocks()) {
+    throw InvalidArgument(Where{}, "omnireduce: block ", block, " is outside [0, ", g.blocks(), ")");
+  }
+  return g.record_bytes(block);
 }
 
 SchemeInfo OmniReduceInfo() {

@@ -6,6 +6,7 @@
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/peer_pattern.h"
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/wire.h"
@@ -207,12 +208,25 @@ class Sparcml final : public Scheme {
     return nnz;
   }
 
+  // The payload buffer for a stream of nnz rows announced by peer.
+  static ByteBuffer PayloadFor(int64_t nnz, const SparseTensor& local, const Where& where,
+                               int peer) {
+    const size_t bytes = SparcmlStreamBytes(nnz, local.rows(), local.width());
+    if (bytes == SIZE_MAX) {
+      throw FormatError(where, "sparcml header from rank ", peer, " announces ", nnz,
+                        " rows of width ", local.width(), ": the stream size overflows size_t");
+    }
+    ByteBuffer payload;
+    ResizeOrThrow(payload, bytes, where, "sparcml stream buffer");
+    return payload;
+  }
+
   static Stream RecvStream(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
                            const Where& where) {
     int64_t header = 0;
     comm.Recv(peer, tag, HeaderBytes(header))->Wait();
     const int64_t nnz = CheckedHeader(header, local, where, peer);
-    ByteBuffer payload(SparcmlStreamBytes(nnz, local.rows(), local.width()));
+    ByteBuffer payload = PayloadFor(nnz, local, where, peer);
     comm.Recv(peer, tag, payload)->Wait();
     return Decode(payload, nnz, local.rows(), local.width(), where, peer);
   }
@@ -228,7 +242,7 @@ class Sparcml final : public Scheme {
     auto sb = comm.Send(peer, tag, my_payload);
     rh->Wait();
     const int64_t nnz = CheckedHeader(header, local, where, peer);
-    ByteBuffer payload(SparcmlStreamBytes(nnz, local.rows(), local.width()));
+    ByteBuffer payload = PayloadFor(nnz, local, where, peer);
     comm.Recv(peer, tag, payload)->Wait();
     sh->Wait();
     sb->Wait();
@@ -239,12 +253,19 @@ class Sparcml final : public Scheme {
 }  // namespace
 
 size_t SparcmlDenseBytes(int64_t rows, int64_t width) {
-  return BitmapWords(rows) * sizeof(uint64_t) +
-         static_cast<size_t>(rows) * static_cast<size_t>(width) * sizeof(float);
+  if (rows < 0 || width < 0) return SIZE_MAX;
+  size_t values = 0, out = 0;
+  if (!TryMul(static_cast<size_t>(rows), static_cast<size_t>(width), values) ||
+      !TryMul(values, sizeof(float), values) ||
+      !TryAdd(values, BitmapWords(rows) * sizeof(uint64_t), out)) {
+    return SIZE_MAX;
+  }
+  return out;
 }
 
 bool SparcmlIsDense(int64_t nnz, int64_t rows, int64_t width) {
-  return CooBytes(static_cast<size_t>(nnz), width) > SparcmlDenseBytes(rows, width);
+  const size_t dense = SparcmlDenseBytes(rows, width);
+  return dense != SIZE_MAX && CooBytes(static_cast<size_t>(nnz), width) > dense;
 }
 
 size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width) {

@@ -7,7 +7,8 @@
 // length that is not a whole number of rows, ids outside [0, rows), and ids
 // that are not strictly increasing, with a FormatError naming the receiving
 // rank, the tensor, the sender and the offending value: received bytes are
-// never trusted.
+// never trusted. Every size here is computed without wrapping (CooBytes
+// saturates, CooBytesBound caps at INT64_MAX).
 //
 // Usage:
 //   ByteBuffer msg = zen::EncodeCoo(t.ids(), t.values());
@@ -15,25 +16,54 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <span>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
 
 #include "zen/comm/collectives.h"
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 #include "zen/core/sparse_tensor.h"
 
 namespace zen {
 
-// Bytes of a COO message holding nnz rows of `width` floats.
+// Bytes of a COO message holding nnz rows of `width` floats, saturating at
+// SIZE_MAX when that does not fit size_t (no real message is that large, so
+// a receiver treats SIZE_MAX as a corrupt announcement). width >= 0.
 inline size_t CooBytes(size_t nnz, int64_t width) {
-  return nnz * (sizeof(int64_t) + static_cast<size_t>(width) * sizeof(float));
+  size_t values = 0, per_row = 0, out = 0;
+  if (width < 0 || !TryMul(static_cast<size_t>(width), sizeof(float), values) ||
+      !TryAdd(values, sizeof(int64_t), per_row) || !TryMul(nnz, per_row, out)) {
+    return SIZE_MAX;
+  }
+  return out;
 }
 
 // The largest COO message a sender can have for a [rows x width] tensor
 // (every row present), saturating at INT64_MAX: the bound passed to the
 // collectives so a peer cannot make a receiver allocate more.
 inline int64_t CooBytesBound(int64_t rows, int64_t width) {
-  const auto per_row = static_cast<int64_t>(CooBytes(1, width));
-  return rows > INT64_MAX / per_row ? INT64_MAX : rows * per_row;
+  const size_t per_row = CooBytes(1, width);
+  if (rows < 0 || per_row > static_cast<size_t>(INT64_MAX)) return INT64_MAX;
+  int64_t out = 0;
+  return TryMul(rows, static_cast<int64_t>(per_row), out) ? out : INT64_MAX;
+}
+
+// v.resize(n), where running out of memory (or n beyond what a vector can
+// hold) is InvalidArgument naming rank, tensor and the bytes asked for,
+// never std::bad_alloc or std::length_error.
+template <typename T>
+void ResizeOrThrow(std::vector<T>& v, size_t n, const Where& where, std::string_view what) {
+  try {
+    v.resize(n);
+  } catch (const std::bad_alloc&) {
+    throw InvalidArgument(where, what, ": ", n, " x ", sizeof(T), " bytes: out of memory");
+  } catch (const std::length_error&) {
+    throw InvalidArgument(where, what, ": ", n, " x ", sizeof(T),
+                          " bytes: more than a vector can hold");
+  }
 }
 
 ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const float> values);

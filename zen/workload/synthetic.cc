@@ -5,8 +5,11 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -34,9 +37,39 @@ int64_t ParseInt(std::string_view key, std::string_view value) {
       throw InvalidArgument("synthetic spec: " + std::string(key) + "=" + std::string(value) +
                             " is not an integer");
     }
+    // Doubles at or beyond 2^63 (1e300, inf) do not convert: UB before.
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+      throw InvalidArgument("synthetic spec: " + std::string(key) + "=" + std::string(value) +
+                            " is outside the int64 range");
+    }
     v = static_cast<int64_t>(d);
   }
   return v;
+}
+
+// A seed is any uint64 (ToString prints it so; seeds from 2^63 on must
+// parse back), or a negative int64 taken modulo 2^64 as before.
+uint64_t ParseSeed(std::string_view key, std::string_view value) {
+  uint64_t u = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), u);
+  if (ec == std::errc() && p == value.data() + value.size()) return u;
+  return static_cast<uint64_t>(ParseInt(key, value));
+}
+
+// v.resize(n) where running out of memory is InvalidArgument naming the
+// rank, the spec and the bytes, never std::bad_alloc / std::length_error.
+template <typename T>
+void Allocate(std::vector<T>& v, size_t n, const SyntheticSpec& spec, int rank,
+              std::string_view what) {
+  try {
+    v.resize(n);
+  } catch (const std::bad_alloc&) {
+    throw InvalidArgument(Where{rank, "synthetic"}, ToString(spec), ": ", what, " needs ", n,
+                          " x ", sizeof(T), " bytes: out of memory");
+  } catch (const std::length_error&) {
+    throw InvalidArgument(Where{rank, "synthetic"}, ToString(spec), ": ", what, " needs ", n,
+                          " x ", sizeof(T), " bytes: more than a vector can hold");
+  }
 }
 
 void Validate(const SyntheticSpec& s) {
@@ -71,7 +104,7 @@ SyntheticSpec ParseSyntheticSpec(std::string_view text) {
     else if (key == "width") s.width = ParseInt(key, value);
     else if (key == "density") s.density = ParseDouble(key, value);
     else if (key == "skew") s.skew = ParseDouble(key, value);
-    else if (key == "seed") s.seed = static_cast<uint64_t>(ParseInt(key, value));
+    else if (key == "seed") s.seed = ParseSeed(key, value);
     else throw InvalidArgument("synthetic spec: unknown key '" + std::string(key) + "'");
   }
   Validate(s);
@@ -87,17 +120,22 @@ std::string ToString(const SyntheticSpec& s) {
 
 SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank) {
   Validate(spec);
-  const int64_t nnz = std::llround(spec.density * static_cast<double>(spec.rows));
+  // density x rows rounds to at most rows; for rows near 2^63 the double is
+  // 2^63, which llround cannot return.
+  const double want = spec.density * static_cast<double>(spec.rows);
+  const int64_t nnz = want >= static_cast<double>(spec.rows) ? spec.rows : std::llround(want);
   std::mt19937_64 rng(spec.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(rank) + 1);
   std::vector<int64_t> ids;
   if (nnz >= spec.rows) {
-    ids.resize(static_cast<size_t>(spec.rows));
+    Allocate(ids, static_cast<size_t>(spec.rows), spec, rank, "the ids of every row");
     std::iota(ids.begin(), ids.end(), int64_t{0});
   } else if (nnz > 0) {
     // Weighted sampling without replacement (exponential keys): row r gets
-    // key E_r / w_r with E_r ~ Exp(1); the nnz smallest keys win.
+    // key E_r / w_r with E_r ~ Exp(1); the nnz smallest keys win. Memory is
+    // 16 bytes per row (the generator is for test and benchmark sizes).
     std::exponential_distribution<double> exp1(1.0);
-    std::vector<std::pair<double, int64_t>> keys(static_cast<size_t>(spec.rows));
+    std::vector<std::pair<double, int64_t>> keys;
+    Allocate(keys, static_cast<size_t>(spec.rows), spec, rank, "the sampling keys (one per row)");
     for (int64_t r = 0; r < spec.rows; ++r) {
       const double w = std::pow(static_cast<double>(r + 1), -spec.skew);
       keys[static_cast<size_t>(r)] = {exp1(rng) / w, r};
@@ -108,7 +146,11 @@ SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank) {
     std::sort(ids.begin(), ids.end());
   }
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> values(ids.size() * static_cast<size_t>(spec.width));
+  std::vector<float> values;
+  Allocate(values,
+           CheckedMul(ids.size(), static_cast<size_t>(spec.width), Where{rank, "synthetic"},
+                      "synthetic values: nnz x width"),
+           spec, rank, "the values");
   for (float& v : values) {
     do v = value(rng);
     while (v == 0.0f);  // a present row is never all zero, so dense paths see it

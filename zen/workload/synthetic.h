@@ -34,10 +34,15 @@ struct SyntheticSpec {
 };
 
 // Parses "zipf:rows=R,width=W,density=D,skew=S[,seed=X]" (any subset of
-// keys; defaults above). InvalidArgument naming the bad key or value.
+// keys; defaults above). InvalidArgument naming the bad key or value: a
+// number outside int64 (rows=1e300), rows x width beyond int64, density
+// outside [0, 1], a negative or NaN skew.
 SyntheticSpec ParseSyntheticSpec(std::string_view text);
 std::string ToString(const SyntheticSpec& spec);
 
+// Memory: 16 bytes per row while sampling (density < 1), plus the tensor.
+// A spec too large for memory is InvalidArgument naming rank, spec and
+// bytes, never std::bad_alloc.
 SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank);
 std::vector<SparseTensor> GenerateSynthetic(const SyntheticSpec& spec, int world);
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -157,6 +158,14 @@ std::pair<int64_t, int64_t> ParseShape(const HeaderParser& p, const std::string&
   constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
   if (rows < 1 || width < 1 || rows > kMax || width > kMax) {
     p.Fail(tensor, "metadata shape '", text, "' needs rows >= 1 and width >= 1");
+  }
+  // The same rule as SparseTensor: the dense [rows x width] shape must be
+  // countable in int64 (rows 2^20 x width 2^44 is not), so no reader of the
+  // trace ever computes a wrapped size from it.
+  int64_t elements = 0;
+  if (!TryMul(static_cast<int64_t>(rows), static_cast<int64_t>(width), elements)) {
+    p.Fail(tensor, "metadata shape '", text, "': rows ", rows, " x width ", width,
+           " overflows int64");
   }
   return {static_cast<int64_t>(rows), static_cast<int64_t>(width)};
 }
@@ -449,7 +458,10 @@ SparseTensor TraceReader::ReadRank(std::string_view tensor, int rank) {
   std::vector<int64_t> ids = ReadIds(tensor, rank);
   const TraceTensorInfo* info = nullptr;
   const Slot& slot = SlotOf(tensor, rank, &info);
-  std::vector<float> values(ids.size() * static_cast<size_t>(info->width));
+  // nnz x width x 4 is the byte length the header check matched against
+  // the file, so it fits; checked anyway.
+  std::vector<float> values(CheckedMul(ids.size(), static_cast<size_t>(info->width),
+                                       Where{rank, info->name}, "trace values"));
   ReadBytes(slot.values.begin, AsBytes(values),
             info->name + "/" + std::to_string(rank) + "/values");
   return SparseTensor::FromSorted(info->rows, info->width, std::move(ids), std::move(values),

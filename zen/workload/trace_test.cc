@@ -488,6 +488,13 @@ const HeaderCase kHeaderCases[] = {
      "1 tensors x world_size 1048576 need 2097152 arrays, the header has 4"},
     {"nnz above rows", [](HandBuilt& h) { h.header["__metadata__"]["t.shape"] = "[1, 2]"; },
      "nnz 2 exceeds rows 1"},
+    // Issue 13, item 2: rows 2^20 x width 2^44 (2^64 elements) was accepted.
+    {"rows x width overflows",
+     [](HandBuilt& h) { h.header["__metadata__"]["t.shape"] = "[1048576, 17592186044416]"; },
+     "rows 1048576 x width 17592186044416 overflows int64"},
+    {"rows x width overflows at the limit",
+     [](HandBuilt& h) { h.header["__metadata__"]["t.shape"] = "[4611686018427387904, 2]"; },
+     "rows 4611686018427387904 x width 2 overflows int64"},
 };
 
 TEST(TraceMalformedTest, HeaderThatLies) {
