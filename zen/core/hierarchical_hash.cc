@@ -67,6 +67,7 @@ struct HierarchicalHashPartitioner::Tables {
   std::unique_ptr<std::atomic<int64_t>[]> serial_used;
   std::vector<std::vector<KeyItem>> chosen;  // per server (position, item), capacity reused
   std::vector<std::vector<KeyItem>> sort_scratch;  // per server
+  std::vector<ThreadTally> tally;                  // per chunk
 
   void Ensure(int n, int64_t want_r1, int64_t want_r2) {
     if (n == servers && want_r1 == r1 && want_r2 == r2) return;
@@ -140,8 +141,12 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
   for (int h = 0; h < k; ++h) level2[h] = UniversalHash(DeriveSeed(config_.seed, h + 1), 2);
 
   // Insert: one pass, every thread on its own contiguous chunk of items.
-  std::vector<ThreadTally> tally(
-      static_cast<size_t>(ChunkCount(threads_, items, kMinRowsPerChunk)));
+  std::vector<ThreadTally>& tally = t.tally;  // reused: no allocation per call
+  tally.resize(static_cast<size_t>(ChunkCount(threads_, items, kMinRowsPerChunk)));
+  for (ThreadTally& th : tally) {
+    th.present = th.in_parallel = th.in_serial = th.probes = 0;
+    th.spill.clear();
+  }
   ParallelChunks(threads_, items, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ThreadTally& my = tally[static_cast<size_t>(c)];
     source.ForEach(begin, end, [&](int64_t i) {
@@ -173,12 +178,15 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
 
   // Collect per server: non-empty slots, the serial region, spills; reset
   // the tables for the next call; sort into id order.
+  // Per-server work in parallel only when there is enough of it (a small
+  // call runs inline: no thread, no allocation).
+  const int server_threads = items >= 2 * kMinRowsPerChunk ? threads_ : 1;
   std::vector<std::vector<KeyItem>>& chosen = t.chosen;
   chosen.resize(un);
   t.sort_scratch.resize(un);
   // The position of item v in its server's domain (Range/Hash: id order).
   auto place = [&](int64_t v) -> KeyItem { return {owner.Locate(source.id(v)).position, v}; };
-  ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
+  ParallelChunks(server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       std::vector<KeyItem>& mine = chosen[static_cast<size_t>(s)];
       mine.clear();
@@ -234,7 +242,7 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
   out.ids.resize(static_cast<size_t>(st.rows));
   out.positions.resize(static_cast<size_t>(st.rows));
   out.values.resize(static_cast<size_t>(st.rows) * static_cast<size_t>(width));
-  ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
+  ParallelChunks(server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       int64_t pos = out.offsets[static_cast<size_t>(s)];
       for (const auto& [position, item] : chosen[static_cast<size_t>(s)]) {

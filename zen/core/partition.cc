@@ -151,21 +151,6 @@ int ChunkCount(int threads, int64_t items, int64_t min_chunk) {
   return static_cast<int>(std::min<int64_t>(std::max(1, EffectiveThreads(threads)), by_size));
 }
 
-int ParallelChunks(int threads, int64_t items, int64_t min_chunk,
-                   const std::function<void(int, int64_t, int64_t)>& fn) {
-  const int chunks = ChunkCount(threads, items, min_chunk);
-  auto bounds = [&](int c) { return items * c / chunks; };
-  {
-    std::vector<std::jthread> workers;
-    workers.reserve(static_cast<size_t>(chunks - 1));
-    for (int c = 1; c < chunks; ++c) {
-      workers.emplace_back([&fn, c, b = bounds(c), e = bounds(c + 1)] { fn(c, b, e); });
-    }
-    fn(0, bounds(0), bounds(1));
-  }  // jthreads join here
-  return chunks;
-}
-
 struct CountingPartitioner::Scratch {
   std::vector<ChunkRows> chunks;
   std::vector<std::vector<int64_t>> cursor;

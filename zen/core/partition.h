@@ -40,6 +40,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "zen/core/hash.h"
@@ -211,13 +212,30 @@ inline void CopyRow(float* dst, const float* src, int64_t width) {
 // 0 -> std::thread::hardware_concurrency() (at least 1); otherwise threads.
 int EffectiveThreads(int threads);
 
-// Splits [0, items) into at most `threads` contiguous chunks of at least
-// min_chunk items (one chunk if items is small) and runs
-// fn(chunk, begin, end) for each, chunk 0 on the calling thread. Returns the
-// number of chunks. fn must not throw.
-int ParallelChunks(int threads, int64_t items, int64_t min_chunk,
-                   const std::function<void(int, int64_t, int64_t)>& fn);
 // The number of chunks ParallelChunks would use.
 int ChunkCount(int threads, int64_t items, int64_t min_chunk);
 
+// Splits [0, items) into at most `threads` contiguous chunks of at least
+// min_chunk items (one chunk if items is small) and runs
+// fn(chunk, begin, end) for each, chunk 0 on the calling thread. Returns the
+// number of chunks. fn must not throw. One chunk runs inline: no thread and
+// no allocation (the steady state of small calls).
+template <typename Fn>
+int ParallelChunks(int threads, int64_t items, int64_t min_chunk, const Fn& fn) {
+  const int chunks = ChunkCount(threads, items, min_chunk);
+  if (chunks == 1) {
+    fn(0, int64_t{0}, items);
+    return 1;
+  }
+  auto bounds = [&](int c) { return items * c / chunks; };
+  {
+    std::vector<std::jthread> workers;
+    workers.reserve(static_cast<size_t>(chunks - 1));
+    for (int c = 1; c < chunks; ++c) {
+      workers.emplace_back([&fn, c, b = bounds(c), e = bounds(c + 1)] { fn(c, b, e); });
+    }
+    fn(0, bounds(0), bounds(1));
+  }  // jthreads join here
+  return chunks;
+}
 }  // namespace zen

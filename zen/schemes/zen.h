@@ -104,6 +104,7 @@ class ZenScheme final : public Scheme {
                    std::string_view tensor) override;
 
  private:
+  friend struct ZenSchemeTestAccess;  // zen_alloc_test.cc: DoSyncDense without the metadata round
   // Persistent buffers, reused across calls (capacity kept).
   struct Workspace {
     Partitions mine;
