@@ -86,29 +86,37 @@ RowEncoding EncodeRows(int64_t domain_size, int64_t width, std::span<const int64
   return EncodeRowsAt(domain_size, width, positions, values, choice, out, 0);
 }
 
-RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
-                         std::span<const float> values, EncodingChoice choice,
-                         std::vector<std::byte>& out, size_t at) {
-  const int64_t count = static_cast<int64_t>(positions.size());
-  if (width < 1 || values.size() != positions.size() * static_cast<size_t>(width)) {
-    throw InvalidArgument(Where{}, "encode rows: ", values.size(), " values for ", count,
-                          " rows of width ", width);
+RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice) {
+  if (width < 1 || count < 0 || domain_size < 0) {
+    throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
+                          " over a domain of ", domain_size);
   }
-  const RowEncoding enc = choice == EncodingChoice::kCoo          ? RowEncoding::kCoo
-                          : choice == EncodingChoice::kHashBitmap ? RowEncoding::kHashBitmap
-                                                                  : ChooseEncoding(domain_size, count);
+  RowsLayout l;
+  l.encoding = choice == EncodingChoice::kCoo          ? RowEncoding::kCoo
+               : choice == EncodingChoice::kHashBitmap ? RowEncoding::kHashBitmap
+                                                       : ChooseEncoding(domain_size, count);
+  if (l.encoding == RowEncoding::kCoo) {
+    l.bytes = CooMessageBytes(count, width);
+    l.values_offset = kRowHeaderBytes + static_cast<size_t>(count) * sizeof(int64_t);
+  } else {
+    l.bytes = BitmapMessageBytes(domain_size, count, width);
+    l.values_offset = kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t);
+  }
+  return l;
+}
+
+void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                    const RowsLayout& layout, std::span<std::byte> msg) {
+  const int64_t count = static_cast<int64_t>(positions.size());
+  if (msg.size() != layout.bytes) {
+    throw InvalidArgument(Where{}, "write rows: a message of ", msg.size(), " bytes, the layout has ",
+                          layout.bytes);
+  }
   Header h;
-  h.encoding = static_cast<uint8_t>(enc);
+  h.encoding = static_cast<uint8_t>(layout.encoding);
   h.count = count;
   h.width = width;
-  const size_t bytes = enc == RowEncoding::kCoo ? CooMessageBytes(count, width)
-                                                : BitmapMessageBytes(domain_size, count, width);
-  size_t end = 0;
-  if (!TryAdd(at, bytes, end)) throw InvalidArgument(Where{}, "encode rows: offset overflow");
-  out.resize(end);
-  std::byte* msg = out.data() + at;
-  std::byte* index = msg + kRowHeaderBytes;
-  size_t index_bytes = 0;
+  std::byte* index = msg.data() + kRowHeaderBytes;
   int64_t prev = -1;
   auto check = [&](size_t i, int64_t p) {
     if (p <= prev || p >= domain_size) {
@@ -117,14 +125,12 @@ RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int
     }
     prev = p;
   };
-  if (enc == RowEncoding::kCoo) {
+  if (layout.encoding == RowEncoding::kCoo) {
     for (size_t i = 0; i < positions.size(); ++i) check(i, positions[i]);
-    index_bytes = positions.size() * sizeof(int64_t);
-    if (index_bytes) std::memcpy(index, positions.data(), index_bytes);
+    if (!positions.empty()) std::memcpy(index, positions.data(), positions.size() * sizeof(int64_t));
   } else {
     h.domain_size = domain_size;
     const size_t words = BitmapWords(domain_size);
-    index_bytes = words * sizeof(uint64_t);
     // Positions ascend: build each word in a register, store it once.
     size_t wi = 0;
     uint64_t word = 0;
@@ -142,11 +148,27 @@ RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int
     }
     flush_to(words);
   }
-  std::memcpy(msg, &h, sizeof(h));
-  if (!values.empty()) {
-    std::memcpy(index + index_bytes, values.data(), values.size() * sizeof(float));
+  std::memcpy(msg.data(), &h, sizeof(h));
+}
+
+RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                         std::span<const float> values, EncodingChoice choice,
+                         std::vector<std::byte>& out, size_t at) {
+  const int64_t count = static_cast<int64_t>(positions.size());
+  if (width < 1 || values.size() != positions.size() * static_cast<size_t>(width)) {
+    throw InvalidArgument(Where{}, "encode rows: ", values.size(), " values for ", count,
+                          " rows of width ", width);
   }
-  return enc;
+  const RowsLayout l = LayoutRows(domain_size, count, width, choice);
+  size_t end = 0;
+  if (!TryAdd(at, l.bytes, end)) throw InvalidArgument(Where{}, "encode rows: offset overflow");
+  out.resize(end);
+  const std::span<std::byte> msg(out.data() + at, l.bytes);
+  WriteRowsIndex(domain_size, width, positions, l, msg);
+  if (!values.empty()) {
+    std::memcpy(msg.data() + l.values_offset, values.data(), values.size() * sizeof(float));
+  }
+  return l.encoding;
 }
 
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,

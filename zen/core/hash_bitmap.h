@@ -97,6 +97,20 @@ RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int
                          std::span<const float> values, EncodingChoice choice,
                          std::vector<std::byte>& out, size_t at);
 
+// Building a message in place (the sender writes the values straight into
+// the message, e.g. ZEN's server sums into its pull message):
+struct RowsLayout {
+  RowEncoding encoding = RowEncoding::kCoo;
+  size_t bytes = 0;          // the whole message
+  size_t values_offset = 0;  // where the count x width floats start (8-aligned)
+};
+RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice);
+// Writes the header and the index of `positions` (layout from LayoutRows
+// with positions.size() rows; msg.size() == layout.bytes). InvalidArgument
+// for a bad position.
+void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                    const RowsLayout& layout, std::span<std::byte> msg);
+
 // A validated message, viewed in place (it points into the parsed bytes).
 struct RowsMessage {
   RowEncoding encoding = RowEncoding::kCoo;

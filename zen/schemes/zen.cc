@@ -128,14 +128,21 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
         {std::span(reinterpret_cast<const int64_t*>(m.index), static_cast<size_t>(m.count)),
          std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
   }
-  MergeSumRows(ws.parts, width, ws.served_positions, ws.served_values, ws.merge);
-  stats_.served_rows = static_cast<int64_t>(ws.served_positions.size());
+  // The sum is written straight into the pull message: a keys-only merge
+  // counts the union (which fixes the encoding and the values' offset), the
+  // second merge writes the summed values where they are sent from.
+  const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
+  const RowsLayout layout = LayoutRows(domains.size(r), served, width, config_.pull_encoding);
+  ws.pull_send.resize(layout.bytes);
+  MergeSumRowsInto(ws.parts, width, ws.served_positions,
+                   reinterpret_cast<float*>(ws.pull_send.data() + layout.values_offset), ws.merge);
+  WriteRowsIndex(domains.size(r), width, ws.served_positions, layout, ws.pull_send);
+  stats_.served_rows = served;
   stats_.aggregate_seconds = Since(t0);
 
   // Pull: this server's sum to everyone, hash bitmap or COO.
   t0 = Clock::now();
-  stats_.pull_encoding = EncodeRows(domains.size(r), width, ws.served_positions, ws.served_values,
-                                    config_.pull_encoding, ws.pull_send);
+  stats_.pull_encoding = layout.encoding;
   AllGatherVInto(comm, ws.pull_send, ws.pull_recv, CooBound(domains.max_size(), width),
                  ws.requests);
   const Snapshot after_pull = Take(comm);
@@ -144,7 +151,10 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   t0 = Clock::now();
   ws.pulled.resize(un);
   for (int j = 0; j < n; ++j) {
-    if (j == r) continue;
+    if (j == r) {  // this server's own message, viewed in place (no copy)
+      ws.pulled[static_cast<size_t>(j)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
+      continue;
+    }
     const RowsMessage m =
         ParseRows(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), j, width, where);
     ws.pulled[static_cast<size_t>(j)] = m;
@@ -160,16 +170,9 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
 }
 
 template <typename Fn>
-void ZenScheme::ForEachResultRow(const HashDomains& domains, int rank, Fn&& fn) const {
+void ZenScheme::ForEachResultRow(const HashDomains& domains, Fn&& fn) const {
   const Workspace& ws = ws_;
-  const size_t w = static_cast<size_t>(ws.mine.width);
   for (int j = 0; j < domains.servers(); ++j) {
-    if (j == rank) {
-      for (size_t i = 0; i < ws.served_positions.size(); ++i) {
-        fn(domains.IdAt(j, ws.served_positions[i]), ws.served_values.data() + i * w);
-      }
-      continue;
-    }
     const RowsMessage& m = ws.pulled[static_cast<size_t>(j)];
     m.ForEach([&](size_t i, int64_t p) { fn(domains.IdAt(j, p), m.row(i)); });
   }
@@ -198,7 +201,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   t0 = Clock::now();
   ws_.order.clear();
   ws_.rows.clear();
-  ForEachResultRow(domains, comm.rank(), [&](int64_t id, const float* row) {
+  ForEachResultRow(domains, [&](int64_t id, const float* row) {
     ws_.order.push_back({id, static_cast<int64_t>(ws_.rows.size())});
     ws_.rows.push_back(row);
   });
@@ -241,7 +244,7 @@ void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t
   // Every locally non-zero row is in the union, so writing the union's rows
   // overwrites all of them; rows outside the union are zero already.
   t0 = Clock::now();
-  ForEachResultRow(domains, comm.rank(), [&](int64_t id, const float* row) {
+  ForEachResultRow(domains, [&](int64_t id, const float* row) {
     CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row, width);
     ++stats_.result_rows;
   });

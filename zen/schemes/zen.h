@@ -112,7 +112,6 @@ class ZenScheme final : public Scheme {
     ByteBuffer pull_send;
     std::vector<RowsView> parts;
     std::vector<int64_t> served_positions;
-    std::vector<float> served_values;
     MergeScratch merge;
     std::vector<RowsMessage> pulled;  // views into pull_recv
     std::vector<KeyItem> order, sort_scratch;
@@ -126,7 +125,7 @@ class ZenScheme final : public Scheme {
   void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where);
   // fn(id, row) for every row of the global sum (disjoint across servers).
   template <typename Fn>
-  void ForEachResultRow(const HashDomains& domains, int rank, Fn&& fn) const;
+  void ForEachResultRow(const HashDomains& domains, Fn&& fn) const;
 
   SchemeOptions options_;
   ZenConfig config_;

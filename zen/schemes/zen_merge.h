@@ -30,6 +30,14 @@ struct MergeScratch {
   std::vector<size_t> next;
 };
 
+// The number of distinct keys over all parts (a keys-only merge).
+size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch);
+// Merges into caller memory: out_ids is replaced (MergedCount entries);
+// out_values must hold MergedCount x width floats (e.g. the values region
+// of an outgoing message, so the sum is written where it is sent from).
+void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
+                      std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch);
+
 // out_ids / out_values are replaced.
 void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
                   std::vector<float>& out_values, MergeScratch& scratch);
