@@ -17,8 +17,9 @@ RowPermutation::RowPermutation(uint64_t seed, int64_t rows) : seed_(seed), rows_
   lo_bits_ = k / 2;
   hi_mask_ = (uint64_t{1} << hi_bits_) - 1;
   lo_mask_ = (uint64_t{1} << lo_bits_) - 1;
-  for (int i = 0; i < kRounds; ++i) {
-    keys_[static_cast<size_t>(i)] = DeriveSeed(seed ^ 0x9E3779B97F4A7C15ULL, static_cast<uint64_t>(i));
+  for (size_t i = 0; i < kRounds; ++i) {
+    keys_[i] = DeriveSeed(seed ^ 0x9E3779B97F4A7C15ULL, i);
+    muls_[i] = DeriveSeed(seed ^ 0xC2B2AE3D27D4EB4FULL, i) | 1;
   }
 }
 
