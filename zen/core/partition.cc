@@ -14,6 +14,10 @@ namespace {
 
 // Rows of dense work per thread below which spawning does not pay.
 constexpr int64_t kMinRowsPerChunk = 16384;
+// Sparse rows (or gathered rows) per thread below which spawning a thread
+// costs more than it saves (a thread start is ~50 us): typical calls run
+// inline, with no thread per call.
+constexpr int64_t kMinSparseRowsPerChunk = 1 << 18;
 
 // Per-thread state of the counting partitioner.
 struct ChunkRows {
@@ -72,7 +76,7 @@ void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t widt
   out.ids.resize(static_cast<size_t>(pos));
   out.positions.resize(static_cast<size_t>(pos));
   out.values.resize(static_cast<size_t>(pos) * static_cast<size_t>(width));
-  ParallelChunks(threads, pos, 16384, [&](int, int64_t begin, int64_t end) {
+  ParallelChunks(threads, pos, kMinSparseRowsPerChunk, [&](int, int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const KeyItem& x = order[static_cast<size_t>(p)];
       out.ids[static_cast<size_t>(p)] = id_of(x.item);
@@ -102,6 +106,8 @@ RowOwner RowOwner::Permuted(uint64_t seed, int64_t rows, int servers) {
   o.servers_ = servers;
   o.rows_ = rows;
   o.perm_ = RowPermutation(seed, rows);
+  int64_t product = 0;
+  o.narrow_ = !__builtin_mul_overflow(rows, int64_t{servers}, &product);
   return o;
 }
 
@@ -114,6 +120,8 @@ RowOwner RowOwner::Range(int64_t rows, int servers) {
   o.kind_ = Kind::kRange;
   o.servers_ = servers;
   o.rows_ = rows;
+  int64_t product = 0;
+  o.narrow_ = !__builtin_mul_overflow(rows, int64_t{servers}, &product);
   return o;
 }
 
@@ -200,8 +208,8 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
                                           const RowOwner& owner, Partitions& out) {
   const int64_t m = static_cast<int64_t>(ids.size());
   std::vector<ChunkRows>& chunks =
-      scratch_->Reset(ChunkCount(threads_, m, kMinRowsPerChunk), owner.servers());
-  ParallelChunks(threads_, m, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+      scratch_->Reset(ChunkCount(threads_, m, kMinSparseRowsPerChunk), owner.servers());
+  ParallelChunks(threads_, m, kMinSparseRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
     ch.items.reserve(static_cast<size_t>(end - begin));
     ch.owners.reserve(static_cast<size_t>(end - begin));

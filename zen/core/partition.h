@@ -79,16 +79,20 @@ class RowOwner {
   // Range and Permuted: the first key of server s's range, ceil(s rows / n);
   // Start(servers) == rows.
   int64_t Start(int s) const {
+    if (narrow_) {  // s x rows fits in 63 bits: a 64-bit division
+      return static_cast<int64_t>((static_cast<uint64_t>(s) * static_cast<uint64_t>(rows_) +
+                                   static_cast<uint64_t>(servers_) - 1) /
+                                  static_cast<uint64_t>(servers_));
+    }
     const auto n = static_cast<unsigned __int128>(servers_);
     return static_cast<int64_t>((static_cast<unsigned __int128>(s) * static_cast<uint64_t>(rows_) + n - 1) / n);
   }
   // Range and Permuted: |D_s|.
   int64_t DomainSize(int s) const { return Start(s + 1) - Start(s); }
   // Range and Permuted: the id at `position` of D_s (position < DomainSize(s)).
-  int64_t IdAt(int s, int64_t position) const {
-    const int64_t key = Start(s) + position;
-    return kind_ == Kind::kPermuted ? perm_.Inverse(key) : key;
-  }
+  int64_t IdAt(int s, int64_t position) const { return IdOfKey(Start(s) + position); }
+  // Range and Permuted: the id whose key (pi(id), or id) is `key` in [0, rows).
+  int64_t IdOfKey(int64_t key) const { return kind_ == Kind::kPermuted ? perm_.Inverse(key) : key; }
   // True where domains have arithmetic positions (Range, Permuted).
   bool has_domains() const { return kind_ != Kind::kHash; }
 
@@ -102,6 +106,10 @@ class RowOwner {
  private:
   int64_t Key(int64_t id) const { return kind_ == Kind::kPermuted ? perm_(id) : id; }
   int ServerOfKey(int64_t key) const {
+    if (narrow_) {
+      return static_cast<int>(static_cast<uint64_t>(key) * static_cast<uint64_t>(servers_) /
+                              static_cast<uint64_t>(rows_));
+    }
     return static_cast<int>((static_cast<unsigned __int128>(key) * static_cast<uint64_t>(servers_)) /
                             static_cast<uint64_t>(rows_));
   }
@@ -109,6 +117,7 @@ class RowOwner {
   Kind kind_ = Kind::kHash;
   int servers_ = 1;
   int64_t rows_ = 0;
+  bool narrow_ = false;  // rows x servers < 2^63: 64-bit arithmetic suffices
   ServerHash hash_;
   RowPermutation perm_;
 };

@@ -174,7 +174,9 @@ void ZenScheme::ForEachResultRow(const HashDomains& domains, Fn&& fn) const {
   const Workspace& ws = ws_;
   for (int j = 0; j < domains.servers(); ++j) {
     const RowsMessage& m = ws.pulled[static_cast<size_t>(j)];
-    m.ForEach([&](size_t i, int64_t p) { fn(domains.IdAt(j, p), m.row(i)); });
+    const int64_t start = domains.start(j);
+    const RowOwner& owner = domains.owner();
+    m.ForEach([&](size_t i, int64_t p) { fn(owner.IdOfKey(start + p), m.row(i)); });
   }
 }
 
