@@ -85,7 +85,7 @@ void BM_Extract(benchmark::State& state) {
   const Shape s = kShapes[shape];
   const std::vector<float>& g = Gradient(shape, static_cast<int>(state.range(1)));
   auto part = Make(state.range(0), static_cast<int>(state.range(3)));
-  const RowOwner owner = RowOwner::Hash(42, kServers);
+  const RowOwner owner = RowOwner::Permuted(42, s.rows, kServers);
   Partitions p;
   // Steady state: the first call sizes the tables from a sample, the second
   // from the exact count; buffers are reused from then on.
@@ -107,8 +107,8 @@ void BM_LocalPipeline(benchmark::State& state) {
   const Shape s = kShapes[shape];
   const std::vector<float>& g = Gradient(shape, static_cast<int>(state.range(1)));
   auto part = Make(state.range(0), static_cast<int>(state.range(3)));
-  const RowOwner owner = RowOwner::Hash(42, kServers);
-  const HashDomains domains(s.rows, owner, static_cast<int>(state.range(3)));
+  const RowOwner owner = RowOwner::Permuted(42, s.rows, kServers);
+  const HashDomains domains(owner);
   Partitions p;
   std::vector<std::byte> msg;
   DecodedRows back;
@@ -116,11 +116,12 @@ void BM_LocalPipeline(benchmark::State& state) {
   for (auto _ : state) {
     part->PartitionDense(g, s.rows, s.width, owner, p);
     for (int j = 0; j < kServers; ++j) {
-      EncodeRows(domains, j, s.width, p.ids_of(j), p.values_of(j), EncodingChoice::kCoo, msg);
-      DecodeRows(msg, domains, j, s.width, Where{}, back);
-      EncodeRows(domains, j, s.width, p.ids_of(j), p.values_of(j), EncodingChoice::kHashBitmap,
+      const int64_t dsize = domains.size(j);
+      EncodeRows(dsize, s.width, p.positions_of(j), p.values_of(j), EncodingChoice::kCoo, msg);
+      DecodeRows(msg, dsize, j, s.width, Where{}, back);
+      EncodeRows(dsize, s.width, p.positions_of(j), p.values_of(j), EncodingChoice::kHashBitmap,
                  msg);
-      DecodeRows(msg, domains, j, s.width, Where{}, back);
+      DecodeRows(msg, dsize, j, s.width, Where{}, back);
       benchmark::DoNotOptimize(back.values.data());
     }
   }

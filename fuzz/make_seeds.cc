@@ -2,6 +2,7 @@
 // inputs made with the encoders, and, for peer_fuzz, what rank 0 really
 // received in recorded in-process runs of every scheme. Run by hand when a
 // format changes: zen_fuzz_seeds fuzz/corpus
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -58,19 +59,24 @@ void RowsSeeds(const fs::path& dir) {
       c.width = 2;
       c.seed = 9;
       c.hash = hash;
-      const RowOwner owner =
-          hash ? RowOwner::Hash(c.seed, c.servers) : RowOwner::Range(c.rows, c.servers);
-      const HashDomains domains(c.rows, owner);
+      const RowOwner owner = hash ? RowOwner::Permuted(c.seed, c.rows, c.servers)
+                                  : RowOwner::Range(c.rows, c.servers);
       const SparseTensor t = Synthetic(c.rows, c.width, 0.05, 0);
-      std::vector<int64_t> ids;
-      std::vector<float> values;
+      // The server's rows in position order (ZEN's partitions).
+      std::vector<std::pair<int64_t, size_t>> mine;
       for (size_t i = 0; i < t.nnz(); ++i) {
-        if (owner(t.ids()[i]) != c.server) continue;
-        ids.push_back(t.ids()[i]);
+        const RowPlace at = owner.Locate(t.ids()[i]);
+        if (at.server == c.server) mine.emplace_back(at.position, i);
+      }
+      std::sort(mine.begin(), mine.end());
+      std::vector<int64_t> positions;
+      std::vector<float> values;
+      for (const auto& [position, i] : mine) {
+        positions.push_back(position);
         values.insert(values.end(), t.row(i).begin(), t.row(i).end());
       }
       std::vector<std::byte> msg;
-      EncodeRows(domains, c.server, c.width, ids, values, e, msg);
+      EncodeRows(owner.DomainSize(c.server), c.width, positions, values, e, msg);
       Write(dir,
             std::string("seed-") + (hash ? "hash" : "range") +
                 (e == EncodingChoice::kCoo ? "-coo" : "-bitmap"),

@@ -137,6 +137,48 @@ std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer
   return out;
 }
 
+void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,
+                   std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests) {
+  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
+  CheckBound(comm, "AllToAllV", max_recv_bytes);
+  const int n = comm.size();
+  const int r = comm.rank();
+  out.resize(static_cast<size_t>(n));
+  if (n == 1) return;
+  const Tag tag = comm.NextTag();
+  requests.clear();
+  requests.reserve(2 * static_cast<size_t>(n - 1));
+  for (int s = 1; s < n; ++s) {
+    const int from = AllToAllRecvPeer(r, n, s);
+    requests.push_back(comm.RecvUpTo(from, tag, out[static_cast<size_t>(from)], max_recv_bytes));
+  }
+  for (int s = 1; s < n; ++s) {
+    const int to = AllToAllSendPeer(r, n, s);
+    requests.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
+  }
+  WaitAll(requests);
+  requests.clear();
+}
+
+void AllGatherVInto(Communicator& comm, std::span<const std::byte> mine,
+                    std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests) {
+  CheckBound(comm, "AllGatherV", max_recv_bytes);
+  const int n = comm.size();
+  const int r = comm.rank();
+  out.resize(static_cast<size_t>(n));
+  if (n == 1) return;
+  const Tag tag = comm.NextTag();
+  requests.clear();
+  requests.reserve(2 * static_cast<size_t>(n - 1));
+  for (int s = 1; s < n; ++s) {
+    const int from = AllToAllRecvPeer(r, n, s);
+    requests.push_back(comm.RecvUpTo(from, tag, out[static_cast<size_t>(from)], max_recv_bytes));
+  }
+  for (int s = 1; s < n; ++s) requests.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine));
+  WaitAll(requests);
+  requests.clear();
+}
+
 std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {
   const int n = comm.size();
   const int r = comm.rank();

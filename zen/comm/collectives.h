@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -54,6 +55,16 @@ std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine);
 // Root's data is returned on every rank.
 ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data,
                      int64_t max_recv_bytes = kAnyBytes);
+
+// Buffer-reusing forms (ZEN's hot path): `out` is resized to n and each
+// out[p] keeps its capacity across calls, so a receive of a size seen before
+// does not allocate; out[rank] is left untouched (the caller holds its own
+// message: no copy). `requests` is scratch kept by the caller.
+using RequestList = std::vector<std::unique_ptr<Request>>;
+void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,
+                   std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests);
+void AllGatherVInto(Communicator& comm, std::span<const std::byte> mine,
+                    std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests);
 
 // Returns once every rank has entered.
 void Barrier(Communicator& comm);

@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <limits>
+
+#include "zen/core/checked.h"
 
 namespace zen {
 namespace {
-
-constexpr int64_t kMinRowsPerChunk = 1 << 16;
 
 struct Header {
   uint32_t magic = kRowMagic;
@@ -21,109 +20,59 @@ struct Header {
 };
 static_assert(sizeof(Header) == kRowHeaderBytes);
 
-size_t BitmapWords(int64_t domain_size) { return static_cast<size_t>((domain_size + 63) / 64); }
-
-// Position of id in the sorted domain d, searching from position `from`
-// onwards (galloping, then binary search); -1 if id is not in d[from..].
-int64_t FindFrom(std::span<const int64_t> d, int64_t from, int64_t id) {
-  const int64_t size = static_cast<int64_t>(d.size());
-  int64_t lo = from, step = 1, hi = from;
-  while (hi < size && d[static_cast<size_t>(hi)] < id) {
-    lo = hi + 1;
-    hi = from + step;
-    step *= 2;
-  }
-  hi = std::min(hi + 1, size);
-  const auto it = std::lower_bound(d.begin() + lo, d.begin() + hi, id);
-  if (it == d.begin() + hi || *it != id) return -1;
-  return it - d.begin();
+size_t BitmapWords(int64_t domain_size) {
+  return static_cast<size_t>(domain_size / 64 + (domain_size % 64 != 0 ? 1 : 0));
 }
 
-void PutHeader(const Header& h, std::vector<std::byte>& out) {
-  std::memcpy(out.data(), &h, sizeof(h));
+// header + index_bytes + count x width floats, or false on overflow.
+bool TryMessageBytes(size_t index_bytes, int64_t count, int64_t width, size_t& out) {
+  size_t values = 0, total = 0;
+  if (count < 0 || width < 0) return false;
+  if (!TryMul(static_cast<size_t>(count), static_cast<size_t>(width), values) ||
+      !TryMul(values, sizeof(float), values) ||
+      !TryAdd(kRowHeaderBytes, index_bytes, total) || !TryAdd(total, values, total)) {
+    return false;
+  }
+  out = total;
+  return true;
+}
+
+bool TryCooBytes(int64_t count, int64_t width, size_t& out) {
+  size_t index = 0;
+  return count >= 0 && TryMul(static_cast<size_t>(count), sizeof(int64_t), index) &&
+         TryMessageBytes(index, count, width, out);
+}
+
+bool TryBitmapBytes(int64_t domain_size, int64_t count, int64_t width, size_t& out) {
+  return domain_size >= 0 &&
+         TryMessageBytes(BitmapWords(domain_size) * sizeof(uint64_t), count, width, out);
 }
 
 }  // namespace
 
-HashDomains::HashDomains(int64_t rows, const RowOwner& owner, int threads) : rows_(rows) {
-  if (rows < 1 || static_cast<uint64_t>(rows) >= kHashPrime) {
-    throw InvalidArgument(Where{}, "hash domains: rows ", rows, " is outside [1, 2^61 - 1)");
+HashDomains::HashDomains(const RowOwner& owner) : owner_(owner) {
+  if (!owner.has_domains()) {
+    throw InvalidArgument(Where{}, "hash domains: the owner has no arithmetic domain positions "
+                                   "(use RowOwner::Permuted or RowOwner::Range)");
   }
-  const int n = owner.servers();
-  const size_t un = static_cast<size_t>(n);
-  const int chunks = ChunkCount(threads, rows, kMinRowsPerChunk);
-  std::vector<std::vector<int64_t>> counts(static_cast<size_t>(chunks), std::vector<int64_t>(un));
-  ParallelChunks(threads, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
-    std::vector<int64_t>& cnt = counts[static_cast<size_t>(c)];
-    for (int64_t id = begin; id < end; ++id) ++cnt[static_cast<size_t>(owner(id))];
-  });
-  offsets_.assign(un + 1, 0);
-  int64_t pos = 0;
-  for (size_t s = 0; s < un; ++s) {
-    offsets_[s] = pos;
-    for (int c = 0; c < chunks; ++c) {
-      const int64_t k = counts[static_cast<size_t>(c)][s];
-      counts[static_cast<size_t>(c)][s] = pos;  // now the chunk's cursor
-      pos += k;
-    }
-  }
-  offsets_[un] = pos;
-  ids_.resize(static_cast<size_t>(rows));
-  ParallelChunks(threads, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
-    std::vector<int64_t>& cur = counts[static_cast<size_t>(c)];
-    for (int64_t id = begin; id < end; ++id) {
-      ids_[static_cast<size_t>(cur[static_cast<size_t>(owner(id))]++)] = id;
-    }
-  });
-}
-
-HashDomains HashDomains::FromLists(int64_t rows, const std::vector<std::vector<int64_t>>& domains) {
-  if (rows < 1 || domains.empty()) {
-    throw InvalidArgument(Where{}, "hash domains: rows ", rows, " and ", domains.size(),
-                          " domains must both be >= 1");
-  }
-  HashDomains d;
-  d.rows_ = rows;
-  d.offsets_.push_back(0);
-  std::vector<uint8_t> seen(static_cast<size_t>(rows), 0);
-  for (size_t j = 0; j < domains.size(); ++j) {
-    for (size_t i = 0; i < domains[j].size(); ++i) {
-      const int64_t id = domains[j][i];
-      if (id < 0 || id >= rows || seen[static_cast<size_t>(id)] ||
-          (i > 0 && id <= domains[j][i - 1])) {
-        throw InvalidArgument(Where{}, "hash domains: id ", id, " at position ", i, " of domain ",
-                              j, " is outside [0, ", rows, "), repeated or out of order");
-      }
-      seen[static_cast<size_t>(id)] = 1;
-      d.ids_.push_back(id);
-    }
-    d.offsets_.push_back(static_cast<int64_t>(d.ids_.size()));
-  }
-  if (static_cast<int64_t>(d.ids_.size()) != rows) {
-    throw InvalidArgument(Where{}, "hash domains: the domains cover ", d.ids_.size(), " of ", rows,
-                          " rows");
-  }
-  return d;
-}
-
-std::span<const int64_t> HashDomains::domain(int server) const {
-  return std::span<const int64_t>(ids_).subspan(
-      static_cast<size_t>(offsets_[static_cast<size_t>(server)]),
-      static_cast<size_t>(size(server)));
-}
-
-int64_t HashDomains::size(int server) const {
-  return offsets_[static_cast<size_t>(server) + 1] - offsets_[static_cast<size_t>(server)];
 }
 
 size_t CooMessageBytes(int64_t count, int64_t width) {
-  return kRowHeaderBytes + static_cast<size_t>(count) * sizeof(int64_t) +
-         static_cast<size_t>(count) * static_cast<size_t>(width) * sizeof(float);
+  size_t out = 0;
+  if (!TryCooBytes(count, width, out)) {
+    throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
+                          " overflow the message size");
+  }
+  return out;
 }
 
 size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
-  return kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t) +
-         static_cast<size_t>(count) * static_cast<size_t>(width) * sizeof(float);
+  size_t out = 0;
+  if (!TryBitmapBytes(domain_size, count, width, out)) {
+    throw InvalidArgument(Where{}, "row message: a bitmap of ", domain_size, " positions and ",
+                          count, " rows of width ", width, " overflow the message size");
+  }
+  return out;
 }
 
 RowEncoding ChooseEncoding(int64_t domain_size, int64_t count) {
@@ -131,63 +80,99 @@ RowEncoding ChooseEncoding(int64_t domain_size, int64_t count) {
                                                                : RowEncoding::kCoo;
 }
 
-RowEncoding EncodeRows(const HashDomains& domains, int server, int64_t width,
-                       std::span<const int64_t> ids, std::span<const float> values,
-                       EncodingChoice choice, std::vector<std::byte>& out) {
-  const int64_t count = static_cast<int64_t>(ids.size());
-  const std::span<const int64_t> d = domains.domain(server);
-  const int64_t dsize = static_cast<int64_t>(d.size());
-  if (values.size() != ids.size() * static_cast<size_t>(width)) {
+RowEncoding EncodeRows(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                       std::span<const float> values, EncodingChoice choice,
+                       std::vector<std::byte>& out) {
+  return EncodeRowsAt(domain_size, width, positions, values, choice, out, 0);
+}
+
+RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice) {
+  if (width < 1 || count < 0 || domain_size < 0) {
+    throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
+                          " over a domain of ", domain_size);
+  }
+  RowsLayout l;
+  l.encoding = choice == EncodingChoice::kCoo          ? RowEncoding::kCoo
+               : choice == EncodingChoice::kHashBitmap ? RowEncoding::kHashBitmap
+                                                       : ChooseEncoding(domain_size, count);
+  if (l.encoding == RowEncoding::kCoo) {
+    l.bytes = CooMessageBytes(count, width);
+    l.values_offset = kRowHeaderBytes + static_cast<size_t>(count) * sizeof(int64_t);
+  } else {
+    l.bytes = BitmapMessageBytes(domain_size, count, width);
+    l.values_offset = kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t);
+  }
+  return l;
+}
+
+void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                    const RowsLayout& layout, std::span<std::byte> msg) {
+  const int64_t count = static_cast<int64_t>(positions.size());
+  if (msg.size() != layout.bytes) {
+    throw InvalidArgument(Where{}, "write rows: a message of ", msg.size(), " bytes, the layout has ",
+                          layout.bytes);
+  }
+  Header h;
+  h.encoding = static_cast<uint8_t>(layout.encoding);
+  h.count = count;
+  h.width = width;
+  std::byte* index = msg.data() + kRowHeaderBytes;
+  int64_t prev = -1;
+  auto check = [&](size_t i, int64_t p) {
+    if (p <= prev || p >= domain_size) {
+      throw InvalidArgument(Where{}, "encode rows: position ", p, " at row ", i,
+                            " is outside [0, ", domain_size, ") or not ascending");
+    }
+    prev = p;
+  };
+  if (layout.encoding == RowEncoding::kCoo) {
+    for (size_t i = 0; i < positions.size(); ++i) check(i, positions[i]);
+    if (!positions.empty()) std::memcpy(index, positions.data(), positions.size() * sizeof(int64_t));
+  } else {
+    h.domain_size = domain_size;
+    const size_t words = BitmapWords(domain_size);
+    // Positions ascend: build each word in a register, store it once.
+    size_t wi = 0;
+    uint64_t word = 0;
+    auto flush_to = [&](size_t upto) {
+      for (; wi < upto; ++wi) {
+        std::memcpy(index + wi * sizeof(uint64_t), &word, sizeof(word));
+        word = 0;
+      }
+    };
+    for (size_t i = 0; i < positions.size(); ++i) {
+      const int64_t p = positions[i];
+      check(i, p);
+      flush_to(static_cast<size_t>(p >> 6));
+      word |= uint64_t{1} << (p & 63);
+    }
+    flush_to(words);
+  }
+  std::memcpy(msg.data(), &h, sizeof(h));
+}
+
+RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                         std::span<const float> values, EncodingChoice choice,
+                         std::vector<std::byte>& out, size_t at) {
+  const int64_t count = static_cast<int64_t>(positions.size());
+  if (width < 1 || values.size() != positions.size() * static_cast<size_t>(width)) {
     throw InvalidArgument(Where{}, "encode rows: ", values.size(), " values for ", count,
                           " rows of width ", width);
   }
-  RowEncoding enc = choice == EncodingChoice::kCoo          ? RowEncoding::kCoo
-                    : choice == EncodingChoice::kHashBitmap ? RowEncoding::kHashBitmap
-                                                            : ChooseEncoding(dsize, count);
-  Header h;
-  h.encoding = static_cast<uint8_t>(enc);
-  h.count = count;
-  h.width = width;
-  size_t index_bytes = 0;
-  if (enc == RowEncoding::kCoo) {
-    index_bytes = ids.size() * sizeof(int64_t);
-    out.resize(CooMessageBytes(count, width));
-  } else {
-    h.domain_size = dsize;
-    index_bytes = BitmapWords(dsize) * sizeof(uint64_t);
-    out.assign(BitmapMessageBytes(dsize, count, width), std::byte{0});
-  }
-  PutHeader(h, out);
-  std::byte* index = out.data() + kRowHeaderBytes;
-  std::vector<uint64_t> words(enc == RowEncoding::kHashBitmap ? BitmapWords(dsize) : 0, 0);
-  int64_t from = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t id = ids[static_cast<size_t>(i)];
-    const int64_t p = FindFrom(d, from, id);
-    if (p < 0) {
-      throw InvalidArgument(Where{}, "encode rows: id ", id, " at position ", i,
-                            " is not in the domain of server ", server,
-                            " (or the ids are not ascending)");
-    }
-    from = p + 1;
-    if (enc == RowEncoding::kHashBitmap) {
-      words[static_cast<size_t>(p >> 6)] |= uint64_t{1} << (p & 63);
-    }
-  }
-  if (index_bytes > 0) {  // (memcpy from an empty vector's null data() is UB)
-    std::memcpy(index,
-                enc == RowEncoding::kCoo ? static_cast<const void*>(ids.data())
-                                         : static_cast<const void*>(words.data()),
-                index_bytes);
-  }
+  const RowsLayout l = LayoutRows(domain_size, count, width, choice);
+  size_t end = 0;
+  if (!TryAdd(at, l.bytes, end)) throw InvalidArgument(Where{}, "encode rows: offset overflow");
+  out.resize(end);
+  const std::span<std::byte> msg(out.data() + at, l.bytes);
+  WriteRowsIndex(domain_size, width, positions, l, msg);
   if (!values.empty()) {
-    std::memcpy(index + index_bytes, values.data(), values.size() * sizeof(float));
+    std::memcpy(msg.data() + l.values_offset, values.data(), values.size() * sizeof(float));
   }
-  return enc;
+  return l.encoding;
 }
 
-void DecodeRows(std::span<const std::byte> message, const HashDomains& domains, int server,
-                int64_t width, const Where& where, DecodedRows& out) {
+RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
+                      int64_t width, const Where& where) {
   if (message.size() < kRowHeaderBytes) {
     throw FormatError(where, "row message from server ", server, " has ", message.size(),
                       " bytes, less than its ", kRowHeaderBytes, "-byte header");
@@ -203,77 +188,82 @@ void DecodeRows(std::span<const std::byte> message, const HashDomains& domains, 
     throw FormatError(where, "row message from server ", server, ": width ", h.width, ", expected ",
                       width);
   }
-  const std::span<const int64_t> d = domains.domain(server);
-  const int64_t dsize = static_cast<int64_t>(d.size());
-  if (h.count < 0 || h.count > dsize) {
+  if (h.count < 0 || h.count > domain_size) {
     throw FormatError(where, "row message from server ", server, ": count ", h.count,
-                      " is outside [0, ", dsize, "] (the server's domain size)");
+                      " is outside [0, ", domain_size, "] (the server's domain size)");
   }
-  const size_t count = static_cast<size_t>(h.count);
-  const std::byte* index = message.data() + kRowHeaderBytes;
+  RowsMessage m;
+  m.count = h.count;
+  m.width = width;
+  m.index = message.data() + kRowHeaderBytes;
   size_t expect = 0;
+  bool fits = false;
   if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo)) {
     if (h.domain_size != 0) {
       throw FormatError(where, "row message from server ", server, ": COO with domain size ",
                         h.domain_size);
     }
-    expect = CooMessageBytes(h.count, width);
+    m.encoding = RowEncoding::kCoo;
+    fits = TryCooBytes(h.count, width, expect);
+    m.values = m.index + static_cast<size_t>(h.count) * sizeof(int64_t);
   } else if (h.encoding == static_cast<uint8_t>(RowEncoding::kHashBitmap)) {
-    if (h.domain_size != dsize) {
+    if (h.domain_size != domain_size) {
       throw FormatError(where, "row message from server ", server, ": bitmap over ", h.domain_size,
-                        " positions, but the server's domain has ", dsize);
+                        " positions, but the server's domain has ", domain_size);
     }
-    expect = BitmapMessageBytes(dsize, h.count, width);
+    m.encoding = RowEncoding::kHashBitmap;
+    m.words = BitmapWords(domain_size);
+    fits = TryBitmapBytes(domain_size, h.count, width, expect);
+    m.values = m.index + m.words * sizeof(uint64_t);
   } else {
     throw FormatError(where, "row message from server ", server, ": unknown encoding ",
                       int{h.encoding});
   }
-  if (message.size() != expect) {
+  if (!fits || message.size() != expect) {
     throw FormatError(where, "row message from server ", server, ": ", message.size(),
-                      " bytes, expected ", expect, " for ", h.count, " rows of width ", width);
+                      " bytes, expected ", fits ? std::to_string(expect) : std::string("an overflowing size"),
+                      " for ", h.count, " rows of width ", width);
   }
-  out.encoding = static_cast<RowEncoding>(h.encoding);
-  out.ids.resize(count);
-  size_t index_bytes = 0;
-  if (out.encoding == RowEncoding::kCoo) {
-    index_bytes = count * sizeof(int64_t);
-    if (count) std::memcpy(out.ids.data(), index, index_bytes);
-    int64_t from = 0;
-    for (size_t i = 0; i < count; ++i) {
-      const int64_t id = out.ids[i];
-      const int64_t p = (id < 0 || id >= domains.rows()) ? -1 : FindFrom(d, from, id);
-      if (p < 0) {
-        throw FormatError(where, "row message from server ", server, ": id ", id, " at position ",
-                          i, " is not in the server's domain, out of order or repeated");
+  if (m.encoding == RowEncoding::kCoo) {
+    int64_t prev = -1;
+    for (size_t i = 0; i < static_cast<size_t>(h.count); ++i) {
+      int64_t p;
+      std::memcpy(&p, m.index + i * sizeof(int64_t), sizeof(p));
+      if (p <= prev || p >= domain_size) {
+        throw FormatError(where, "row message from server ", server, ": position ", p,
+                          " at row ", i, " is outside the server's domain [0, ", domain_size,
+                          "), out of order or repeated");
       }
-      from = p + 1;
+      prev = p;
     }
   } else {
-    const size_t words = BitmapWords(dsize);
-    index_bytes = words * sizeof(uint64_t);
-    std::vector<uint64_t> bits(words);
-    if (words) std::memcpy(bits.data(), index, index_bytes);
     size_t pop = 0;
-    for (uint64_t w : bits) pop += static_cast<size_t>(std::popcount(w));
-    if (pop != count) {
+    uint64_t last = 0;
+    for (size_t wi = 0; wi < m.words; ++wi) {
+      std::memcpy(&last, m.index + wi * sizeof(uint64_t), sizeof(last));
+      pop += static_cast<size_t>(std::popcount(last));
+    }
+    if (pop != static_cast<size_t>(h.count)) {
       throw FormatError(where, "row message from server ", server, ": bitmap has ", pop,
-                        " bits set but the header says ", count, " rows");
+                        " bits set but the header says ", h.count, " rows");
     }
-    if (dsize % 64 != 0 && (bits.back() >> (dsize % 64)) != 0) {
+    if (domain_size % 64 != 0 && (last >> (domain_size % 64)) != 0) {
       throw FormatError(where, "row message from server ", server,
-                        ": bitmap has bits set past the domain's ", dsize, " positions");
-    }
-    size_t i = 0;
-    for (size_t wi = 0; wi < words; ++wi) {
-      for (uint64_t w = bits[wi]; w != 0; w &= w - 1) {
-        const size_t p = wi * 64 + static_cast<size_t>(std::countr_zero(w));
-        out.ids[i++] = d[p];
-      }
+                        ": bitmap has bits set past the domain's ", domain_size, " positions");
     }
   }
-  out.values.resize(count * static_cast<size_t>(width));
+  return m;
+}
+
+void DecodeRows(std::span<const std::byte> message, int64_t domain_size, int server,
+                int64_t width, const Where& where, DecodedRows& out) {
+  const RowsMessage m = ParseRows(message, domain_size, server, width, where);
+  out.encoding = m.encoding;
+  out.positions.resize(static_cast<size_t>(m.count));
+  m.ForEach([&](size_t i, int64_t p) { out.positions[i] = p; });
+  out.values.resize(static_cast<size_t>(m.count) * static_cast<size_t>(width));
   if (!out.values.empty()) {
-    std::memcpy(out.values.data(), index + index_bytes, out.values.size() * sizeof(float));
+    std::memcpy(out.values.data(), m.values, out.values.size() * sizeof(float));
   }
 }
 

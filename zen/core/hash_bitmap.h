@@ -1,41 +1,50 @@
 // zen/core/hash_bitmap.h — ZEN's hash-bitmap row index (paper section 3.3)
 // and the wire format of the rows ZEN sends.
 //
-// HashDomains: for a RowOwner over [0, rows), server j's domain is
-// D_j = sorted {id : owner(id) = j}. The domains partition [0, rows); they
-// depend only on (rows, owner), so every rank computes the same ones once
-// and caches them (8 bytes per row in total).
+// HashDomains: for an owner with arithmetic domains (RowOwner::Permuted,
+// ZEN's; or RowOwner::Range), server j's domain D_j is the set of ids whose
+// key (pi(id) for Permuted, id for Range) lies in [start_j, start_{j+1}),
+// start_j = ceil(j rows / n); the position of id in D_j is key - start_j,
+// and IdAt inverts it. Nothing is materialized: O(1) memory and time per
+// row, whatever `rows` (2^40 rows cost nothing).
 //
-// A message carries the rows of one server's partition (all in D_j), in
-// one of two encodings, chosen per message by size and tagged in a header:
-//   COO          ids (int64 each) then values;
-//   hash bitmap  one bit per position of D_j (bit p set <=> row D_j[p] is
-//                present; 64-bit words, little-endian bit order, the
-//                unused tail bits zero) then the values in position order.
+// A message carries rows of one server's partition by their positions in
+// D_j (strictly ascending), in one of two encodings, chosen per message by
+// size and tagged in a header:
+//   COO          positions (int64 each) then values;
+//   hash bitmap  one bit per position of D_j (bit p set <=> the row at
+//                position p is present; 64-bit words, little-endian bit
+//                order, the unused tail bits zero) then the values in
+//                position order.
 // The bitmap costs ceil(|D_j| / 64) x 8 bytes whatever the count, so one
 // rank receiving every server's bitmap receives about rows / 8 bytes of
 // index in total, independent of n. COO costs 8 bytes per row. kAuto picks
 // the smaller (the bitmap wins above ~1/64 density within the domain).
 //
 // Layout (host byte order; all ranks of a job share one architecture):
-//   uint32 magic 'ZENR' | uint8 version 1 | uint8 encoding | uint16 0
+//   uint32 magic 'ZENR' | uint8 version 2 | uint8 encoding | uint16 0
 //   int64 count | int64 width | int64 domain size (bitmap) or 0 (COO)
 //   index (count x int64, or words x uint64) | values (count x width float)
-// Decoding validates everything (magic, version, encoding, exact length,
-// width, domain size, popcount == count, zero tail bits, ids strictly
-// ascending and inside D_j) and throws FormatError naming the rank, tensor
-// and the bad field: received bytes never crash the decoder.
+// (Version 1 carried ids in id order; version 2 carries positions.)
+// Parsing validates everything (magic, version, encoding, exact length with
+// overflow-checked arithmetic, width, domain size, popcount == count, zero
+// tail bits, positions strictly ascending and inside D_j) and throws
+// FormatError naming the rank, tensor and the bad field: received bytes
+// never crash the decoder. ParseRows returns a view into the message (no
+// copy): a receiver reduces straight out of its receive buffer.
 //
 // Usage:
-//   zen::HashDomains domains(rows, zen::RowOwner::Hash(seed, n));
+//   zen::HashDomains domains(zen::RowOwner::Permuted(seed, rows, n));
 //   std::vector<std::byte> msg;
-//   zen::EncodeRows(domains, j, width, ids, values, zen::EncodingChoice::kAuto, msg);
-//   zen::DecodedRows got;
-//   zen::DecodeRows(msg, domains, j, width, zen::Where{rank, "emb"}, got);
+//   zen::EncodeRows(domains.size(j), width, positions, values, zen::EncodingChoice::kAuto, msg);
+//   zen::RowsMessage m = zen::ParseRows(msg, domains.size(j), j, width, zen::Where{rank, "emb"});
+//   m.ForEach([&](size_t i, int64_t p) { use(domains.IdAt(j, p), m.row(i)); });
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -46,23 +55,21 @@ namespace zen {
 
 class HashDomains {
  public:
-  // Computes D_0..D_{n-1} of [0, rows) under owner (n = owner.servers()),
-  // using up to `threads` threads. rows in [1, 2^61 - 1).
-  HashDomains(int64_t rows, const RowOwner& owner, int threads = 1);
-  // Explicit domains (tests, worked examples): they must partition
-  // [0, rows), each sorted; InvalidArgument otherwise.
-  static HashDomains FromLists(int64_t rows, const std::vector<std::vector<int64_t>>& domains);
+  // owner.has_domains() (Range or Permuted); InvalidArgument otherwise.
+  explicit HashDomains(const RowOwner& owner);
 
-  int64_t rows() const { return rows_; }
-  int servers() const { return static_cast<int>(offsets_.size()) - 1; }
-  std::span<const int64_t> domain(int server) const;
-  int64_t size(int server) const;
+  int64_t rows() const { return owner_.rows(); }
+  int servers() const { return owner_.servers(); }
+  int64_t size(int server) const { return owner_.DomainSize(server); }
+  int64_t start(int server) const { return owner_.Start(server); }
+  // The largest |D_j|.
+  int64_t max_size() const { return size(0); }
+  RowPlace Locate(int64_t id) const { return owner_.Locate(id); }
+  int64_t IdAt(int server, int64_t position) const { return owner_.IdAt(server, position); }
+  const RowOwner& owner() const { return owner_; }
 
  private:
-  HashDomains() = default;
-  int64_t rows_ = 0;
-  std::vector<int64_t> offsets_;  // servers + 1
-  std::vector<int64_t> ids_;      // all domains, concatenated
+  RowOwner owner_;
 };
 
 enum class RowEncoding : uint8_t { kCoo = 1, kHashBitmap = 2 };
@@ -70,30 +77,89 @@ enum class EncodingChoice : uint8_t { kAuto, kCoo, kHashBitmap };
 
 inline constexpr size_t kRowHeaderBytes = 32;
 inline constexpr uint32_t kRowMagic = 0x524E455A;  // "ZENR" in memory order
-inline constexpr uint8_t kRowVersion = 1;
+inline constexpr uint8_t kRowVersion = 2;
 
-// Message sizes, header included.
+// Message sizes, header included; InvalidArgument on overflow.
 size_t CooMessageBytes(int64_t count, int64_t width);
 size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width);
 // What kAuto picks for `count` rows of a domain of domain_size.
 RowEncoding ChooseEncoding(int64_t domain_size, int64_t count);
 
-// Encodes rows `ids` (strictly ascending, all in D_server) with their
-// values (ids.size() x width) into out (replaced). Returns the encoding
-// used. InvalidArgument if an id is not in D_server.
-RowEncoding EncodeRows(const HashDomains& domains, int server, int64_t width,
-                       std::span<const int64_t> ids, std::span<const float> values,
-                       EncodingChoice choice, std::vector<std::byte>& out);
+// Encodes rows at `positions` (strictly ascending, in [0, domain_size)) with
+// their values (positions.size() x width) into out (resized; its capacity is
+// reused, so a persistent buffer makes this allocation-free). Returns the
+// encoding used. InvalidArgument for a bad position.
+RowEncoding EncodeRows(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                       std::span<const float> values, EncodingChoice choice,
+                       std::vector<std::byte>& out);
+// The same, into `out` at byte offset `at` (out grows to at + message size).
+RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                         std::span<const float> values, EncodingChoice choice,
+                         std::vector<std::byte>& out, size_t at);
+
+// Building a message in place (the sender writes the values straight into
+// the message, e.g. ZEN's server sums into its pull message):
+struct RowsLayout {
+  RowEncoding encoding = RowEncoding::kCoo;
+  size_t bytes = 0;          // the whole message
+  size_t values_offset = 0;  // where the count x width floats start (8-aligned)
+};
+RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice);
+// Writes the header and the index of `positions` (layout from LayoutRows
+// with positions.size() rows; msg.size() == layout.bytes). InvalidArgument
+// for a bad position.
+void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                    const RowsLayout& layout, std::span<std::byte> msg);
+
+// A validated message, viewed in place (it points into the parsed bytes).
+struct RowsMessage {
+  RowEncoding encoding = RowEncoding::kCoo;
+  int64_t count = 0;
+  int64_t width = 0;
+  const std::byte* index = nullptr;   // count int64 (COO) or words uint64 (bitmap)
+  size_t words = 0;                   // bitmap words
+  const std::byte* values = nullptr;  // count x width floats
+
+  // fn(i, position) for every row i in ascending position order.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    if (encoding == RowEncoding::kCoo) {
+      for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
+        int64_t p;
+        std::memcpy(&p, index + i * sizeof(int64_t), sizeof(p));
+        fn(i, p);
+      }
+      return;
+    }
+    size_t i = 0;
+    for (size_t wi = 0; wi < words; ++wi) {
+      uint64_t w;
+      std::memcpy(&w, index + wi * sizeof(uint64_t), sizeof(w));
+      for (; w != 0; w &= w - 1) {
+        fn(i++, static_cast<int64_t>(wi * 64 + static_cast<size_t>(std::countr_zero(w))));
+      }
+    }
+  }
+  // Row i's width floats (the values start 8-byte aligned in the message).
+  const float* row(size_t i) const {
+    return reinterpret_cast<const float*>(values) + i * static_cast<size_t>(width);
+  }
+};
+
+// Validates a message from the owner of a domain of domain_size (see the
+// format above). FormatError, prefixed by `where` and naming `server`, for
+// anything malformed.
+RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
+                      int64_t width, const Where& where);
 
 struct DecodedRows {
   RowEncoding encoding = RowEncoding::kCoo;
-  std::vector<int64_t> ids;   // ascending, in D_server
-  std::vector<float> values;  // ids.size() x width
+  std::vector<int64_t> positions;  // ascending, in [0, domain_size)
+  std::vector<float> values;       // positions.size() x width
 };
 
-// Decodes a message from the owner of D_server (see the format above).
-// FormatError, prefixed by `where`, for anything malformed.
-void DecodeRows(std::span<const std::byte> message, const HashDomains& domains, int server,
+// ParseRows, then a copy into out (tests, fuzzing; the scheme uses the view).
+void DecodeRows(std::span<const std::byte> message, int64_t domain_size, int server,
                 int64_t width, const Where& where, DecodedRows& out);
 
 }  // namespace zen

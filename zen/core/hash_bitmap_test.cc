@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -14,77 +15,92 @@ std::vector<float> Values(size_t rows, int64_t width, float base) {
   return v;
 }
 
-TEST(HashDomains, PartitionAllRowsInOrder) {
+// Brute force: every id's (server, position) is hit exactly once, positions
+// fill [0, |D_j|), IdAt inverts Locate, sizes are even.
+TEST(HashDomains, PartitionAllRowsArithmetically) {
+  const int64_t rows = 100003;
   for (int n : {1, 2, 3, 8}) {
-    for (const RowOwner& owner : {RowOwner::Hash(6, n), RowOwner::Range(100003, n)}) {
-      const HashDomains d(100003, owner, 3);
+    for (const RowOwner& owner : {RowOwner::Permuted(6, rows, n), RowOwner::Range(rows, n)}) {
+      const HashDomains d(owner);
       ASSERT_EQ(d.servers(), n);
-      std::vector<int> seen(100003, 0);
+      ASSERT_EQ(d.rows(), rows);
+      std::vector<std::vector<int>> seen(static_cast<size_t>(n));
+      int64_t total = 0;
       for (int j = 0; j < n; ++j) {
-        const auto dom = d.domain(j);
-        EXPECT_EQ(static_cast<int64_t>(dom.size()), d.size(j));
-        for (size_t p = 0; p < dom.size(); ++p) {
-          ASSERT_EQ(owner(dom[p]), j);
-          if (p) {
-            ASSERT_LT(dom[p - 1], dom[p]);
-          }
-          ++seen[static_cast<size_t>(dom[p])];
-        }
-        // Even: 100003 / n rows each, within 2% for the hash.
-        EXPECT_NEAR(static_cast<double>(dom.size()), 100003.0 / n, 100003.0 / n * 0.02 + 1);
+        seen[static_cast<size_t>(j)].assign(static_cast<size_t>(d.size(j)), 0);
+        EXPECT_EQ(d.start(j), total);
+        total += d.size(j);
+        EXPECT_NEAR(static_cast<double>(d.size(j)), static_cast<double>(rows) / n, 1.0);
+        EXPECT_LE(d.size(j), d.max_size());
       }
-      for (int s : seen) ASSERT_EQ(s, 1);
+      EXPECT_EQ(total, rows);
+      for (int64_t id = 0; id < rows; ++id) {
+        const RowPlace at = d.Locate(id);
+        ASSERT_EQ(at.server, owner(id));
+        ASSERT_GE(at.position, 0);
+        ASSERT_LT(at.position, d.size(at.server));
+        ASSERT_EQ(d.IdAt(at.server, at.position), id);
+        ++seen[static_cast<size_t>(at.server)][static_cast<size_t>(at.position)];
+      }
+      for (const auto& s : seen) {
+        for (int c : s) ASSERT_EQ(c, 1);
+      }
     }
   }
-  EXPECT_THROW(HashDomains(0, RowOwner::Hash(1, 2)), InvalidArgument);
+  EXPECT_THROW(HashDomains(RowOwner::Hash(1, 2)), InvalidArgument);
 }
 
-// The paper's example: |G| = 15 rows, 3 servers; server 0 aggregated rows
-// {5, 7}, which sit at positions {2, 3} of D_0. (Illustrative domains.)
+// The paper's example: |G| = 15 rows, 3 servers; server 0 (D_0 = ids 0..4
+// under even ranges) aggregated the rows at positions {2, 3}.
 TEST(HashBitmap, PaperExampleFifteenRowsThreeServers) {
-  const HashDomains d =
-      HashDomains::FromLists(15, {{0, 2, 5, 7, 11}, {1, 4, 8, 10, 13}, {3, 6, 9, 12, 14}});
-  const std::vector<int64_t> ids = {5, 7};
+  const HashDomains d(RowOwner::Range(15, 3));
+  ASSERT_EQ(d.size(0), 5);
+  const std::vector<int64_t> positions = {2, 3};
   const std::vector<float> values = {1.5f, -2.0f};
   std::vector<std::byte> msg;
-  EXPECT_EQ(EncodeRows(d, 0, 1, ids, values, EncodingChoice::kHashBitmap, msg),
+  EXPECT_EQ(EncodeRows(d.size(0), 1, positions, values, EncodingChoice::kHashBitmap, msg),
             RowEncoding::kHashBitmap);
   ASSERT_EQ(msg.size(), kRowHeaderBytes + 8 + 2 * sizeof(float));
   uint64_t word = 0;
   std::memcpy(&word, msg.data() + kRowHeaderBytes, 8);
   EXPECT_EQ(word, 0b01100u);  // positions 2 and 3 of D_0
   DecodedRows got;
-  DecodeRows(msg, d, 0, 1, Where{1, "G"}, got);
+  DecodeRows(msg, d.size(0), 0, 1, Where{1, "G"}, got);
   EXPECT_EQ(got.encoding, RowEncoding::kHashBitmap);
-  EXPECT_EQ(got.ids, ids);
+  EXPECT_EQ(got.positions, positions);
   EXPECT_EQ(got.values, values);
+  EXPECT_EQ(d.IdAt(0, 2), 2);
   // kAuto: a 5-position domain costs one word, COO two ids: same 8 bytes vs
   // 16, so the bitmap.
   EXPECT_EQ(ChooseEncoding(5, 2), RowEncoding::kHashBitmap);
   EXPECT_EQ(ChooseEncoding(5, 1), RowEncoding::kCoo);
-  // A row of another server's domain is refused by the encoder.
-  EXPECT_THROW(EncodeRows(d, 1, 1, ids, values, EncodingChoice::kAuto, msg), InvalidArgument);
-  EXPECT_THROW(HashDomains::FromLists(15, {{0, 1}, {1, 2}}), InvalidArgument);
+  // A position outside the domain, or out of order, is refused by the encoder.
+  const std::vector<int64_t> outside = {2, 5}, unordered = {3, 2};
+  for (EncodingChoice c : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap}) {
+    EXPECT_THROW(EncodeRows(d.size(0), 1, outside, values, c, msg), InvalidArgument);
+    EXPECT_THROW(EncodeRows(d.size(0), 1, unordered, values, c, msg), InvalidArgument);
+  }
+  EXPECT_THROW(EncodeRows(d.size(0), 2, positions, values, EncodingChoice::kAuto, msg),
+               InvalidArgument);
 }
 
 TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
   const int64_t rows = 20000, width = 3;
-  const RowOwner owner = RowOwner::Hash(21, 4);
-  const HashDomains d(rows, owner);
+  const HashDomains d(RowOwner::Permuted(21, rows, 4));
   std::mt19937_64 rng(5);
   for (double density : {0.0, 0.001, 0.01, 0.05, 0.5, 1.0}) {
     for (int j = 0; j < 4; ++j) {
-      std::vector<int64_t> ids;
+      std::vector<int64_t> positions;
       std::bernoulli_distribution keep(density);
-      for (int64_t id : d.domain(j)) {
-        if (keep(rng)) ids.push_back(id);
+      for (int64_t p = 0; p < d.size(j); ++p) {
+        if (keep(rng)) positions.push_back(p);
       }
-      const std::vector<float> values = Values(ids.size(), width, static_cast<float>(j));
+      const std::vector<float> values = Values(positions.size(), width, static_cast<float>(j));
       for (EncodingChoice c :
            {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kAuto}) {
-        std::vector<std::byte> msg;
-        const RowEncoding enc = EncodeRows(d, j, width, ids, values, c, msg);
-        const int64_t count = static_cast<int64_t>(ids.size());
+        std::vector<std::byte> msg(7);  // reused buffers are resized, not appended to
+        const RowEncoding enc = EncodeRows(d.size(j), width, positions, values, c, msg);
+        const int64_t count = static_cast<int64_t>(positions.size());
         EXPECT_EQ(msg.size(), enc == RowEncoding::kCoo
                                   ? CooMessageBytes(count, width)
                                   : BitmapMessageBytes(d.size(j), count, width));
@@ -93,10 +109,19 @@ TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
                                          BitmapMessageBytes(d.size(j), count, width)));
         }
         DecodedRows got;
-        DecodeRows(msg, d, j, width, Where{}, got);
+        DecodeRows(msg, d.size(j), j, width, Where{}, got);
         EXPECT_EQ(got.encoding, enc);
-        EXPECT_EQ(got.ids, ids);
+        EXPECT_EQ(got.positions, positions);
         EXPECT_EQ(got.values, values);
+        // The in-place view sees the same rows.
+        const RowsMessage m = ParseRows(msg, d.size(j), j, width, Where{});
+        size_t seen = 0;
+        m.ForEach([&](size_t i, int64_t p) {
+          ASSERT_EQ(p, positions[i]);
+          ASSERT_EQ(std::memcmp(m.row(i), values.data() + i * width, width * sizeof(float)), 0);
+          ++seen;
+        });
+        EXPECT_EQ(seen, positions.size());
       }
     }
   }
@@ -105,7 +130,7 @@ TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
 TEST(HashBitmap, BitmapBytesPerRankAreRowsOverEightWhateverN) {
   const int64_t rows = 1 << 20;
   for (int n : {2, 4, 8, 16, 64}) {
-    const HashDomains d(rows, RowOwner::Hash(3, n), 2);
+    const HashDomains d(RowOwner::Permuted(3, rows, n));
     size_t index_bytes = 0;
     for (int j = 0; j < n; ++j)
       index_bytes += BitmapMessageBytes(d.size(j), 0, 1) - kRowHeaderBytes;
@@ -114,20 +139,27 @@ TEST(HashBitmap, BitmapBytesPerRankAreRowsOverEightWhateverN) {
   }
 }
 
+TEST(HashBitmap, SizesThatOverflowAreErrorsNotWraps) {
+  EXPECT_THROW(CooMessageBytes(int64_t{1} << 40, int64_t{1} << 40), InvalidArgument);
+  EXPECT_THROW(BitmapMessageBytes(int64_t{1} << 62, int64_t{1} << 40, int64_t{1} << 40),
+               InvalidArgument);
+  EXPECT_THROW(CooMessageBytes(-1, 1), InvalidArgument);
+}
+
 class MalformedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int64_t id : domains_.domain(1)) {
-      if (id % 3 == 0) ids_.push_back(id);
+    for (int64_t p = 0; p < domains_.size(1); ++p) {
+      if (p % 3 == 0) positions_.push_back(p);
     }
-    values_ = Values(ids_.size(), 2, 1.0f);
-    EncodeRows(domains_, 1, 2, ids_, values_, EncodingChoice::kHashBitmap, bitmap_);
-    EncodeRows(domains_, 1, 2, ids_, values_, EncodingChoice::kCoo, coo_);
+    values_ = Values(positions_.size(), 2, 1.0f);
+    EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kHashBitmap, bitmap_);
+    EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kCoo, coo_);
   }
   void ExpectFormatError(const std::vector<std::byte>& msg, const char* what) {
     DecodedRows got;
     try {
-      DecodeRows(msg, domains_, 1, 2, Where{2, "emb"}, got);
+      DecodeRows(msg, domains_.size(1), 1, 2, Where{2, "emb"}, got);
       ADD_FAILURE() << "no error for " << what;
     } catch (const FormatError& e) {
       EXPECT_NE(std::string(e.what()).find("rank 2, tensor 'emb'"), std::string::npos) << e.what();
@@ -138,8 +170,8 @@ class MalformedTest : public ::testing::Test {
     std::memcpy(msg.data() + offset, &v, sizeof(v));
   }
 
-  HashDomains domains_{1000, RowOwner::Hash(9, 3)};
-  std::vector<int64_t> ids_;
+  HashDomains domains_{RowOwner::Permuted(9, 1000, 3)};
+  std::vector<int64_t> positions_;
   std::vector<float> values_;
   std::vector<std::byte> bitmap_, coo_;
 };
@@ -161,11 +193,17 @@ TEST_F(MalformedTest, HeaderFields) {
   Poke<uint32_t>(m, 0, 0x12345678);
   ExpectFormatError(m, "magic");
   m = bitmap_;
-  Poke<uint8_t>(m, 4, 2);
+  Poke<uint8_t>(m, 4, 1);
+  ExpectFormatError(m, "version 1 (ids, not positions)");
+  m = bitmap_;
+  Poke<uint8_t>(m, 4, 3);
   ExpectFormatError(m, "version");
   m = bitmap_;
   Poke<uint8_t>(m, 5, 7);
   ExpectFormatError(m, "encoding");
+  m = bitmap_;
+  Poke<uint16_t>(m, 6, 1);
+  ExpectFormatError(m, "reserved");
   m = bitmap_;
   Poke<int64_t>(m, 16, 3);
   ExpectFormatError(m, "width");
@@ -181,6 +219,25 @@ TEST_F(MalformedTest, HeaderFields) {
   m = coo_;
   Poke<int64_t>(m, 24, 5);
   ExpectFormatError(m, "COO with a domain size");
+}
+
+// A huge domain and count whose message size overflows size_t: rejected
+// before anything is read past the buffer.
+TEST(HashBitmapMalformed, OverflowingSizesAreFormatErrors) {
+  std::vector<std::byte> m(kRowHeaderBytes + 64, std::byte{0});
+  const uint32_t magic = kRowMagic;
+  std::memcpy(m.data(), &magic, 4);
+  m[4] = std::byte{kRowVersion};
+  for (uint8_t enc : {uint8_t{1}, uint8_t{2}}) {
+    m[5] = std::byte{enc};
+    const int64_t count = int64_t{1} << 61, width = int64_t{1} << 40;
+    const int64_t dsize = enc == 2 ? kMaxPermutedRows : 0;
+    std::memcpy(m.data() + 8, &count, 8);
+    std::memcpy(m.data() + 16, &width, 8);
+    std::memcpy(m.data() + 24, &dsize, 8);
+    DecodedRows got;
+    EXPECT_THROW(DecodeRows(m, kMaxPermutedRows, 0, width, Where{}, got), FormatError);
+  }
 }
 
 TEST_F(MalformedTest, BitmapContent) {
@@ -209,20 +266,19 @@ TEST_F(MalformedTest, BitmapContent) {
   ExpectFormatError(m, "tail bit");
 }
 
-TEST_F(MalformedTest, CooIds) {
-  const int64_t foreign = domains_.domain(0)[0];
+TEST_F(MalformedTest, CooPositions) {
   std::vector<std::byte> m = coo_;
-  Poke<int64_t>(m, kRowHeaderBytes, foreign);
-  ExpectFormatError(m, "id of another domain");
+  Poke<int64_t>(m, kRowHeaderBytes + 8, positions_[0]);
+  ExpectFormatError(m, "repeated position");
   m = coo_;
-  Poke<int64_t>(m, kRowHeaderBytes + 8, ids_[0]);
-  ExpectFormatError(m, "repeated id");
+  Poke<int64_t>(m, kRowHeaderBytes, positions_[1] + 1);
+  ExpectFormatError(m, "out of order");
   m = coo_;
-  Poke<int64_t>(m, kRowHeaderBytes, 5000);
-  ExpectFormatError(m, "id past rows");
+  Poke<int64_t>(m, kRowHeaderBytes + 8 * (positions_.size() - 1), domains_.size(1));
+  ExpectFormatError(m, "position past the domain");
   m = coo_;
   Poke<int64_t>(m, kRowHeaderBytes, -3);
-  ExpectFormatError(m, "negative id");
+  ExpectFormatError(m, "negative position");
 }
 
 TEST_F(MalformedTest, RandomCorruptionNeverCrashes) {
@@ -237,14 +293,14 @@ TEST_F(MalformedTest, RandomCorruptionNeverCrashes) {
     if (rng() % 4 == 0) m.resize(rng() % (m.size() + 16));
     DecodedRows got;
     try {
-      DecodeRows(m, domains_, 1, 2, Where{}, got);
+      DecodeRows(m, domains_.size(1), 1, 2, Where{}, got);
       ++accepted;  // e.g. a flipped value bit: still well-formed
-      ASSERT_EQ(got.values.size(), got.ids.size() * 2);
-      for (size_t i = 0; i < got.ids.size(); ++i) {
-        ASSERT_TRUE(
-            std::binary_search(domains_.domain(1).begin(), domains_.domain(1).end(), got.ids[i]));
+      ASSERT_EQ(got.values.size(), got.positions.size() * 2);
+      for (size_t i = 0; i < got.positions.size(); ++i) {
+        ASSERT_GE(got.positions[i], 0);
+        ASSERT_LT(got.positions[i], domains_.size(1));
         if (i) {
-          ASSERT_LT(got.ids[i - 1], got.ids[i]);
+          ASSERT_LT(got.positions[i - 1], got.positions[i]);
         }
       }
     } catch (const FormatError&) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "zen/core/error.h"
+#include "zen/core/radix_sort.h"
 
 namespace zen {
 namespace {
@@ -64,7 +65,9 @@ struct HierarchicalHashPartitioner::Tables {
   std::unique_ptr<std::atomic<int64_t>[]> parallel;  // servers x r1
   std::unique_ptr<std::atomic<int64_t>[]> serial;    // servers x r2
   std::unique_ptr<std::atomic<int64_t>[]> serial_used;
-  std::vector<std::vector<int64_t>> chosen;  // per server, capacity reused
+  std::vector<std::vector<KeyItem>> chosen;  // per server (position, item), capacity reused
+  std::vector<std::vector<KeyItem>> sort_scratch;  // per server
+  std::vector<ThreadTally> tally;                  // per chunk
 
   void Ensure(int n, int64_t want_r1, int64_t want_r2) {
     if (n == servers && want_r1 == r1 && want_r2 == r2) return;
@@ -138,8 +141,12 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
   for (int h = 0; h < k; ++h) level2[h] = UniversalHash(DeriveSeed(config_.seed, h + 1), 2);
 
   // Insert: one pass, every thread on its own contiguous chunk of items.
-  std::vector<ThreadTally> tally(
-      static_cast<size_t>(ChunkCount(threads_, items, kMinRowsPerChunk)));
+  std::vector<ThreadTally>& tally = t.tally;  // reused: no allocation per call
+  tally.resize(static_cast<size_t>(ChunkCount(threads_, items, kMinRowsPerChunk)));
+  for (ThreadTally& th : tally) {
+    th.present = th.in_parallel = th.in_serial = th.probes = 0;
+    th.spill.clear();
+  }
   ParallelChunks(threads_, items, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ThreadTally& my = tally[static_cast<size_t>(c)];
     source.ForEach(begin, end, [&](int64_t i) {
@@ -171,34 +178,42 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
 
   // Collect per server: non-empty slots, the serial region, spills; reset
   // the tables for the next call; sort into id order.
-  std::vector<std::vector<int64_t>>& chosen = t.chosen;
+  // Per-server work in parallel only when there is enough of it (a small
+  // call runs inline: no thread, no allocation).
+  const int server_threads = items >= 2 * kMinRowsPerChunk ? threads_ : 1;
+  std::vector<std::vector<KeyItem>>& chosen = t.chosen;
   chosen.resize(un);
-  ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
+  t.sort_scratch.resize(un);
+  // The position of item v in its server's domain (Range/Hash: id order).
+  auto place = [&](int64_t v) -> KeyItem { return {owner.Locate(source.id(v)).position, v}; };
+  ParallelChunks(server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
-      std::vector<int64_t>& mine = chosen[static_cast<size_t>(s)];
+      std::vector<KeyItem>& mine = chosen[static_cast<size_t>(s)];
       mine.clear();
       std::atomic<int64_t>* region = t.parallel.get() + static_cast<size_t>(s) * r1;
       for (int64_t j = 0; j < r1; ++j) {
         const int64_t v = region[j].load(std::memory_order_relaxed);
         if (v != kEmpty) {
-          mine.push_back(v);
+          mine.push_back(place(v));
           region[j].store(kEmpty, std::memory_order_relaxed);
         }
       }
       const int64_t used = std::min(r2, t.serial_used[static_cast<size_t>(s)].load());
       std::atomic<int64_t>* serial = t.serial.get() + static_cast<size_t>(s) * r2;
       for (int64_t j = 0; j < used; ++j) {
-        mine.push_back(serial[j].load(std::memory_order_relaxed));
+        mine.push_back(place(serial[j].load(std::memory_order_relaxed)));
         serial[j].store(kEmpty, std::memory_order_relaxed);
       }
       t.serial_used[static_cast<size_t>(s)].store(0);
       for (const ThreadTally& th : tally) {
         for (const auto& [item, server] : th.spill) {
-          if (server == s) mine.push_back(item);
+          if (server == s) mine.push_back(place(item));
         }
       }
-      // Items ascend with ids (dense: item = id; sparse: ids are sorted).
-      std::sort(mine.begin(), mine.end());
+      // Into position order (for Range and Hash owners that is item order:
+      // dense items are ids, sparse items index sorted ids).
+      SortByKey(mine, t.sort_scratch[static_cast<size_t>(s)],
+                owner.has_domains() ? owner.DomainSize(static_cast<int>(s)) : INT64_MAX);
     }
   });
 
@@ -225,12 +240,14 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
                 " non-zero rows but " + std::to_string(out.offsets[un]) + " collected");
   }
   out.ids.resize(static_cast<size_t>(st.rows));
+  out.positions.resize(static_cast<size_t>(st.rows));
   out.values.resize(static_cast<size_t>(st.rows) * static_cast<size_t>(width));
-  ParallelChunks(threads_, n, 1, [&](int, int64_t begin, int64_t end) {
+  ParallelChunks(server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       int64_t pos = out.offsets[static_cast<size_t>(s)];
-      for (int64_t item : chosen[static_cast<size_t>(s)]) {
+      for (const auto& [position, item] : chosen[static_cast<size_t>(s)]) {
         out.ids[static_cast<size_t>(pos)] = source.id(item);
+        out.positions[static_cast<size_t>(pos)] = position;
         CopyRow(out.values.data() + static_cast<size_t>(pos) * width, source.row(item), width);
         ++pos;
       }

@@ -15,8 +15,9 @@
 //   after k failures: append to s's serial region with an atomic counter;
 //   if that is full too: append to a per-thread spill list (never lost) —
 //     the next call sizes r1 from this call's row count, so it grows.
-// Then per server: the non-empty slots give the rows, which are sorted (so
-// partitions come out in id order like the counting partitioner's) and
+// Then per server: the non-empty slots give the rows, which are sorted by
+// domain position (RowOwner::Locate; the same owner and order as the
+// counting partitioner's, so both produce identical partitions) and
 // their values gathered. Every non-zero row lands exactly once: each row is
 // scanned by one thread, and the total is checked against the threads'
 // non-zero counts (an internal error if it ever differed).

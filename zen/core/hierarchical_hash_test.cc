@@ -39,6 +39,7 @@ void ExpectSameAsCounting(std::span<const float> dense, int64_t rows, int64_t wi
   hh.PartitionDense(dense, rows, width, owner, got);
   EXPECT_EQ(got.offsets, want.offsets);
   EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.positions, want.positions);
   EXPECT_EQ(got.values, want.values);
   const HierarchicalHashStats& st = hh.last_stats();
   EXPECT_EQ(st.rows, want.total());
@@ -50,7 +51,10 @@ TEST(HierarchicalHash, LosslessUnderHeavyContention) {
   const std::vector<int64_t> nz = RandomRows(rows, 0.3, 1);
   const std::vector<float> dense = DenseWithRows(rows, width, nz);
   HierarchicalHashPartitioner hh(8);
-  for (int n : {1, 3, 8}) ExpectSameAsCounting(dense, rows, width, RowOwner::Hash(4, n), hh);
+  for (int n : {1, 3, 8}) {
+    ExpectSameAsCounting(dense, rows, width, RowOwner::Hash(4, n), hh);
+    ExpectSameAsCounting(dense, rows, width, RowOwner::Permuted(4, rows, n), hh);
+  }
 }
 
 TEST(HierarchicalHash, DefaultSizingRarelyOverflows) {
@@ -78,6 +82,7 @@ TEST(HierarchicalHash, FullRegionsSpillWithoutLosingRows) {
   cfg.min_slots = 4;
   HierarchicalHashPartitioner hh(4, cfg);
   ExpectSameAsCounting(dense, rows, width, RowOwner::Hash(8, 5), hh);
+  ExpectSameAsCounting(dense, rows, width, RowOwner::Permuted(8, rows, 5), hh);
   const HierarchicalHashStats& st = hh.last_stats();
   EXPECT_EQ(st.parallel_slots, 4);
   EXPECT_GT(st.in_serial, 0);
@@ -109,10 +114,11 @@ TEST(HierarchicalHash, RangeOwnerAndSparseInput) {
   for (int64_t r : nz)
     values.insert(values.end(), dense.begin() + r * width, dense.begin() + (r + 1) * width);
   Partitions want, got;
-  CountingPartitioner(1).PartitionSparse(nz, values, width, RowOwner::Hash(3, 6), want);
-  hh.PartitionSparse(nz, values, width, RowOwner::Hash(3, 6), got);
+  CountingPartitioner(1).PartitionSparse(nz, values, width, RowOwner::Permuted(3, rows, 6), want);
+  hh.PartitionSparse(nz, values, width, RowOwner::Permuted(3, rows, 6), got);
   EXPECT_EQ(got.offsets, want.offsets);
   EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.positions, want.positions);
   EXPECT_EQ(got.values, want.values);
 }
 

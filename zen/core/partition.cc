@@ -7,54 +7,83 @@
 
 #include "zen/core/error.h"
 #include "zen/core/hierarchical_hash.h"
+#include "zen/core/radix_sort.h"
 
 namespace zen {
 namespace {
 
 // Rows of dense work per thread below which spawning does not pay.
 constexpr int64_t kMinRowsPerChunk = 16384;
+// Sparse rows (or gathered rows) per thread below which spawning a thread
+// costs more than it saves (a thread start is ~50 us): typical calls run
+// inline, with no thread per call.
+constexpr int64_t kMinSparseRowsPerChunk = 1 << 18;
 
 // Per-thread state of the counting partitioner.
 struct ChunkRows {
-  std::vector<int64_t> items;   // dense: row ids; sparse: positions in ids
-  std::vector<int32_t> owners;  // server of each item
-  std::vector<int64_t> counts;  // per server
+  std::vector<int64_t> items;      // dense: row ids; sparse: positions in ids
+  std::vector<int32_t> owners;     // server of each item
+  std::vector<int64_t> positions;  // domain position of each item
+  std::vector<int64_t> counts;     // per server
 };
 
-// Shared second half of both counting paths: prefix sums and the scatter.
-// id_of(item) gives the row id, row_of(item) the pointer to its values.
+// Shared second half of both counting paths: prefix sums, the scatter of
+// (position, item) pairs, the per-server sort (Permuted owners only), and
+// the write of ids, positions and values. id_of(item) gives the row id,
+// row_of(item) the pointer to its values.
 template <typename IdOf, typename RowOf>
-void Scatter(std::vector<ChunkRows>& chunks, int servers, int64_t width, int threads,
-             const IdOf& id_of, const RowOf& row_of, Partitions& out) {
+void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t width, int threads,
+             std::vector<std::vector<int64_t>>& cursor, std::vector<KeyItem>& order,
+             std::vector<KeyItem>& sort_scratch, const IdOf& id_of, const RowOf& row_of,
+             Partitions& out) {
+  const int servers = owner.servers();
   const size_t n = static_cast<size_t>(servers);
   out.servers = servers;
   out.width = width;
   out.offsets.assign(n + 1, 0);
   // cursor[c][s]: where chunk c writes its first row for server s.
-  std::vector<std::vector<int64_t>> cursor(chunks.size(), std::vector<int64_t>(n));
+  cursor.resize(chunks.size());
   int64_t pos = 0;
   for (size_t s = 0; s < n; ++s) {
     out.offsets[s] = pos;
     for (size_t c = 0; c < chunks.size(); ++c) {
+      cursor[c].resize(n);
       cursor[c][s] = pos;
       pos += chunks[c].counts[s];
     }
   }
   out.offsets[n] = pos;
-  out.ids.resize(static_cast<size_t>(pos));
-  out.values.resize(static_cast<size_t>(pos) * static_cast<size_t>(width));
+  order.resize(static_cast<size_t>(pos));
   ParallelChunks(
       threads, static_cast<int64_t>(chunks.size()), 1, [&](int, int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
           ChunkRows& ch = chunks[static_cast<size_t>(c)];
           std::vector<int64_t>& cur = cursor[static_cast<size_t>(c)];
           for (size_t i = 0; i < ch.items.size(); ++i) {
-            const int64_t p = cur[static_cast<size_t>(ch.owners[i])]++;
-            out.ids[static_cast<size_t>(p)] = id_of(ch.items[i]);
-            CopyRow(out.values.data() + static_cast<size_t>(p) * width, row_of(ch.items[i]), width);
+            order[static_cast<size_t>(cur[static_cast<size_t>(ch.owners[i])]++)] = {
+                ch.positions[i], ch.items[i]};
           }
         }
       });
+  if (owner.kind() == RowOwner::Kind::kPermuted) {
+    // (sequential: the sort scratch is shared; the sort is O(rows))
+    for (int s = 0; s < servers; ++s) {
+      SortByKey(std::span<KeyItem>(order).subspan(static_cast<size_t>(out.offsets[static_cast<size_t>(s)]),
+                                                  static_cast<size_t>(out.count(s))),
+                sort_scratch, owner.DomainSize(s));
+    }
+  }
+  out.ids.resize(static_cast<size_t>(pos));
+  out.positions.resize(static_cast<size_t>(pos));
+  out.values.resize(static_cast<size_t>(pos) * static_cast<size_t>(width));
+  ParallelChunks(threads, pos, kMinSparseRowsPerChunk, [&](int, int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const KeyItem& x = order[static_cast<size_t>(p)];
+      out.ids[static_cast<size_t>(p)] = id_of(x.item);
+      out.positions[static_cast<size_t>(p)] = x.key;
+      CopyRow(out.values.data() + static_cast<size_t>(p) * width, row_of(x.item), width);
+    }
+  });
 }
 
 }  // namespace
@@ -67,6 +96,21 @@ RowOwner RowOwner::Hash(uint64_t seed, int servers) {
   return o;
 }
 
+RowOwner RowOwner::Permuted(uint64_t seed, int64_t rows, int servers) {
+  if (rows < 1 || rows > kMaxPermutedRows || servers < 1) {
+    throw InvalidArgument(Where{}, "RowOwner::Permuted: rows ", rows, " must be in [1, 2^62] and servers ",
+                          servers, " >= 1");
+  }
+  RowOwner o;
+  o.kind_ = Kind::kPermuted;
+  o.servers_ = servers;
+  o.rows_ = rows;
+  o.perm_ = RowPermutation(seed, rows);
+  int64_t product = 0;
+  o.narrow_ = !__builtin_mul_overflow(rows, int64_t{servers}, &product);
+  return o;
+}
+
 RowOwner RowOwner::Range(int64_t rows, int servers) {
   if (rows < 1 || servers < 1) {
     throw InvalidArgument(Where{}, "RowOwner::Range: rows ", rows, " and servers ", servers,
@@ -76,12 +120,19 @@ RowOwner RowOwner::Range(int64_t rows, int servers) {
   o.kind_ = Kind::kRange;
   o.servers_ = servers;
   o.rows_ = rows;
+  int64_t product = 0;
+  o.narrow_ = !__builtin_mul_overflow(rows, int64_t{servers}, &product);
   return o;
 }
 
 std::span<const int64_t> Partitions::ids_of(int s) const {
   return std::span<const int64_t>(ids).subspan(static_cast<size_t>(offsets[static_cast<size_t>(s)]),
                                                static_cast<size_t>(count(s)));
+}
+
+std::span<const int64_t> Partitions::positions_of(int s) const {
+  return std::span<const int64_t>(positions)
+      .subspan(static_cast<size_t>(offsets[static_cast<size_t>(s)]), static_cast<size_t>(count(s)));
 }
 
 std::span<const float> Partitions::values_of(int s) const {
@@ -108,23 +159,11 @@ int ChunkCount(int threads, int64_t items, int64_t min_chunk) {
   return static_cast<int>(std::min<int64_t>(std::max(1, EffectiveThreads(threads)), by_size));
 }
 
-int ParallelChunks(int threads, int64_t items, int64_t min_chunk,
-                   const std::function<void(int, int64_t, int64_t)>& fn) {
-  const int chunks = ChunkCount(threads, items, min_chunk);
-  auto bounds = [&](int c) { return items * c / chunks; };
-  {
-    std::vector<std::jthread> workers;
-    workers.reserve(static_cast<size_t>(chunks - 1));
-    for (int c = 1; c < chunks; ++c) {
-      workers.emplace_back([&fn, c, b = bounds(c), e = bounds(c + 1)] { fn(c, b, e); });
-    }
-    fn(0, bounds(0), bounds(1));
-  }  // jthreads join here
-  return chunks;
-}
-
 struct CountingPartitioner::Scratch {
   std::vector<ChunkRows> chunks;
+  std::vector<std::vector<int64_t>> cursor;
+  std::vector<KeyItem> order;
+  std::vector<KeyItem> sort_scratch;
 
   // chunks.size() == n_chunks, each emptied (capacity kept) with zero counts.
   std::vector<ChunkRows>& Reset(int n_chunks, int servers) {
@@ -132,6 +171,7 @@ struct CountingPartitioner::Scratch {
     for (ChunkRows& c : chunks) {
       c.items.clear();
       c.owners.clear();
+      c.positions.clear();
       c.counts.assign(static_cast<size_t>(servers), 0);
     }
     return chunks;
@@ -150,14 +190,16 @@ void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t r
   ParallelChunks(threads_, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
     ForEachNonZeroRow(dense.data(), width, begin, end, [&](int64_t r) {
-      const int s = owner(r);
+      const RowPlace at = owner.Locate(r);
       ch.items.push_back(r);
-      ch.owners.push_back(s);
-      ++ch.counts[static_cast<size_t>(s)];
+      ch.owners.push_back(at.server);
+      ch.positions.push_back(at.position);
+      ++ch.counts[static_cast<size_t>(at.server)];
     });
   });
   Scatter(
-      chunks, owner.servers(), width, threads_, [](int64_t r) { return r; },
+      chunks, owner, width, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
+      [](int64_t r) { return r; },
       [&](int64_t r) { return dense.data() + r * width; }, out);
 }
 
@@ -166,20 +208,22 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
                                           const RowOwner& owner, Partitions& out) {
   const int64_t m = static_cast<int64_t>(ids.size());
   std::vector<ChunkRows>& chunks =
-      scratch_->Reset(ChunkCount(threads_, m, kMinRowsPerChunk), owner.servers());
-  ParallelChunks(threads_, m, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+      scratch_->Reset(ChunkCount(threads_, m, kMinSparseRowsPerChunk), owner.servers());
+  ParallelChunks(threads_, m, kMinSparseRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
     ch.items.reserve(static_cast<size_t>(end - begin));
     ch.owners.reserve(static_cast<size_t>(end - begin));
+    ch.positions.reserve(static_cast<size_t>(end - begin));
     for (int64_t i = begin; i < end; ++i) {
-      const int s = owner(ids[static_cast<size_t>(i)]);
+      const RowPlace at = owner.Locate(ids[static_cast<size_t>(i)]);
       ch.items.push_back(i);
-      ch.owners.push_back(s);
-      ++ch.counts[static_cast<size_t>(s)];
+      ch.owners.push_back(at.server);
+      ch.positions.push_back(at.position);
+      ++ch.counts[static_cast<size_t>(at.server)];
     }
   });
   Scatter(
-      chunks, owner.servers(), width, threads_,
+      chunks, owner, width, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
       [&](int64_t i) { return ids[static_cast<size_t>(i)]; },
       [&](int64_t i) { return values.data() + i * width; }, out);
 }

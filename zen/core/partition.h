@@ -4,8 +4,14 @@
 // partitioner.
 //
 // RowOwner is a small value type that maps a row id to a server:
-//   - Hash(seed, n): ZEN's h0 (ServerHash, 4-independent), balanced whatever
-//     the skew of the data;
+//   - Permuted(seed, rows, n): ZEN's ownership: a keyed bijection pi of
+//     [0, rows) (RowPermutation), server j owns the ids whose pi(id) falls in
+//     [ceil(j rows / n), ceil((j+1) rows / n)); balanced whatever the skew,
+//     and the position of id in its server's domain is pi(id) - start_j,
+//     computed arithmetically (no per-row table), with an inverse (IdAt);
+//   - Hash(seed, n): the paper's h0 (ServerHash, 4-independent), balanced
+//     too but without arithmetic domain positions (the trace analyzer's
+//     reference; position = id);
 //   - Range(rows, n): even contiguous ranges, server j owns
 //     [ceil(j rows / n), ceil((j+1) rows / n)) — Sparse PS / OmniReduce
 //     style, kept for comparisons: skewed data overloads the low servers.
@@ -13,9 +19,10 @@
 //
 // A Partitioner reads either a dense [rows x width] buffer (rows that are
 // all zero are skipped; width 1 means zero elements are skipped) or a sorted
-// row-sparse list, and produces Partitions: one flat id array and one flat
-// value array grouped by server (offsets[s] .. offsets[s+1]), ids ascending
-// within each server. The interface takes spans and fills flat arrays so a
+// row-sparse list, and produces Partitions: one flat id array, the matching
+// domain positions, and one flat value array grouped by server (offsets[s]
+// .. offsets[s+1]), positions ascending within each server (for Range and
+// Hash that is id order; for Permuted it is pi order). The interface takes spans and fills flat arrays so a
 // CUDA implementation can sit behind it unchanged.
 //
 // Usage:
@@ -33,39 +40,86 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "zen/core/hash.h"
+#include "zen/core/row_permutation.h"
 
 namespace zen {
 
+// Where a row lives: its server and its position in that server's domain.
+struct RowPlace {
+  int server = 0;
+  int64_t position = 0;
+};
+
 class RowOwner {
  public:
-  enum class Kind : uint8_t { kHash, kRange };
+  enum class Kind : uint8_t { kHash, kRange, kPermuted };
 
   RowOwner() = default;
   static RowOwner Hash(uint64_t seed, int servers);
   // rows >= 1, servers >= 1.
   static RowOwner Range(int64_t rows, int servers);
+  // rows in [1, kMaxPermutedRows], servers >= 1.
+  static RowOwner Permuted(uint64_t seed, int64_t rows, int servers);
 
   int operator()(int64_t id) const {
     if (kind_ == Kind::kHash) return hash_(id);
-    return static_cast<int>((static_cast<unsigned __int128>(id) * static_cast<uint64_t>(servers_)) /
-                            static_cast<uint64_t>(rows_));
+    return ServerOfKey(Key(id));
   }
+  // Server and domain position of id (Hash: position = id).
+  RowPlace Locate(int64_t id) const {
+    if (kind_ == Kind::kHash) return {hash_(id), id};
+    const int64_t key = Key(id);
+    const int s = ServerOfKey(key);
+    return {s, key - Start(s)};
+  }
+  // Range and Permuted: the first key of server s's range, ceil(s rows / n);
+  // Start(servers) == rows.
+  int64_t Start(int s) const {
+    if (narrow_) {  // s x rows fits in 63 bits: a 64-bit division
+      return static_cast<int64_t>((static_cast<uint64_t>(s) * static_cast<uint64_t>(rows_) +
+                                   static_cast<uint64_t>(servers_) - 1) /
+                                  static_cast<uint64_t>(servers_));
+    }
+    const auto n = static_cast<unsigned __int128>(servers_);
+    return static_cast<int64_t>((static_cast<unsigned __int128>(s) * static_cast<uint64_t>(rows_) + n - 1) / n);
+  }
+  // Range and Permuted: |D_s|.
+  int64_t DomainSize(int s) const { return Start(s + 1) - Start(s); }
+  // Range and Permuted: the id at `position` of D_s (position < DomainSize(s)).
+  int64_t IdAt(int s, int64_t position) const { return IdOfKey(Start(s) + position); }
+  // Range and Permuted: the id whose key (pi(id), or id) is `key` in [0, rows).
+  int64_t IdOfKey(int64_t key) const { return kind_ == Kind::kPermuted ? perm_.Inverse(key) : key; }
+  // True where domains have arithmetic positions (Range, Permuted).
+  bool has_domains() const { return kind_ != Kind::kHash; }
 
   Kind kind() const { return kind_; }
   int servers() const { return servers_; }
-  uint64_t seed() const { return hash_.seed(); }
-  int64_t rows() const { return rows_; }  // Range only (0 for Hash)
+  uint64_t seed() const { return kind_ == Kind::kPermuted ? perm_.seed() : hash_.seed(); }
+  int64_t rows() const { return rows_; }  // Range and Permuted (0 for Hash)
 
   friend bool operator==(const RowOwner&, const RowOwner&) = default;
 
  private:
+  int64_t Key(int64_t id) const { return kind_ == Kind::kPermuted ? perm_(id) : id; }
+  int ServerOfKey(int64_t key) const {
+    if (narrow_) {
+      return static_cast<int>(static_cast<uint64_t>(key) * static_cast<uint64_t>(servers_) /
+                              static_cast<uint64_t>(rows_));
+    }
+    return static_cast<int>((static_cast<unsigned __int128>(key) * static_cast<uint64_t>(servers_)) /
+                            static_cast<uint64_t>(rows_));
+  }
+
   Kind kind_ = Kind::kHash;
   int servers_ = 1;
   int64_t rows_ = 0;
+  bool narrow_ = false;  // rows x servers < 2^63: 64-bit arithmetic suffices
   ServerHash hash_;
+  RowPermutation perm_;
 };
 
 // Per-server row partitions of one rank's data.
@@ -73,14 +127,16 @@ struct Partitions {
   int servers = 0;
   int64_t width = 0;
   std::vector<int64_t> offsets;  // servers + 1 entries
-  std::vector<int64_t> ids;      // grouped by server, ascending within a server
-  std::vector<float> values;     // ids.size() * width
+  std::vector<int64_t> ids;        // grouped by server
+  std::vector<int64_t> positions;  // RowOwner::Locate(ids[i]).position, ascending per server
+  std::vector<float> values;       // ids.size() * width
 
   int64_t count(int s) const {
     return offsets[static_cast<size_t>(s) + 1] - offsets[static_cast<size_t>(s)];
   }
   int64_t total() const { return static_cast<int64_t>(ids.size()); }
   std::span<const int64_t> ids_of(int s) const;
+  std::span<const int64_t> positions_of(int s) const;
   std::span<const float> values_of(int s) const;
 };
 
@@ -98,10 +154,13 @@ class Partitioner {
                                int64_t width, const RowOwner& owner, Partitions& out) = 0;
 };
 
-// Two passes, no sort: each thread scans a contiguous chunk, counts rows per
-// server and keeps the non-zero row list; a prefix sum over (server, thread)
-// gives every thread its write cursor per server; the threads then scatter
-// ids and copy values. Chunks are in id order, so the output is sorted.
+// Two passes: each thread scans a contiguous chunk, counts rows per server
+// and keeps the non-zero row list with each row's place; a prefix sum over
+// (server, thread) gives every thread its write cursor per server; the
+// threads then scatter (position, row) pairs. Chunks are in id order, so for
+// Range and Hash owners the output is already in position order; for
+// Permuted owners each server's pairs are sorted by position (radix sort)
+// before ids, positions and values are written.
 class CountingPartitioner final : public Partitioner {
  public:
   explicit CountingPartitioner(int threads = 1);
@@ -162,13 +221,30 @@ inline void CopyRow(float* dst, const float* src, int64_t width) {
 // 0 -> std::thread::hardware_concurrency() (at least 1); otherwise threads.
 int EffectiveThreads(int threads);
 
-// Splits [0, items) into at most `threads` contiguous chunks of at least
-// min_chunk items (one chunk if items is small) and runs
-// fn(chunk, begin, end) for each, chunk 0 on the calling thread. Returns the
-// number of chunks. fn must not throw.
-int ParallelChunks(int threads, int64_t items, int64_t min_chunk,
-                   const std::function<void(int, int64_t, int64_t)>& fn);
 // The number of chunks ParallelChunks would use.
 int ChunkCount(int threads, int64_t items, int64_t min_chunk);
 
+// Splits [0, items) into at most `threads` contiguous chunks of at least
+// min_chunk items (one chunk if items is small) and runs
+// fn(chunk, begin, end) for each, chunk 0 on the calling thread. Returns the
+// number of chunks. fn must not throw. One chunk runs inline: no thread and
+// no allocation (the steady state of small calls).
+template <typename Fn>
+int ParallelChunks(int threads, int64_t items, int64_t min_chunk, const Fn& fn) {
+  const int chunks = ChunkCount(threads, items, min_chunk);
+  if (chunks == 1) {
+    fn(0, int64_t{0}, items);
+    return 1;
+  }
+  auto bounds = [&](int c) { return items * c / chunks; };
+  {
+    std::vector<std::jthread> workers;
+    workers.reserve(static_cast<size_t>(chunks - 1));
+    for (int c = 1; c < chunks; ++c) {
+      workers.emplace_back([&fn, c, b = bounds(c), e = bounds(c + 1)] { fn(c, b, e); });
+    }
+    fn(0, bounds(0), bounds(1));
+  }  // jthreads join here
+  return chunks;
+}
 }  // namespace zen

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -33,15 +34,35 @@ void ExpectPartitionsOfDense(const Partitions& p, std::span<const float> dense, 
                              int64_t width, const RowOwner& owner) {
   ASSERT_EQ(p.servers, owner.servers());
   ASSERT_EQ(p.width, width);
-  std::vector<std::vector<int64_t>> want(static_cast<size_t>(owner.servers()));
+  // Per server: (position, id) of its non-zero rows, in position order
+  // (Hash: position = id; Range: id - start; Permuted: pi(id) - start).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> want(static_cast<size_t>(owner.servers()));
   for (int64_t r = 0; r < rows; ++r) {
     bool nz = false;
     for (int64_t k = 0; k < width; ++k) nz |= dense[static_cast<size_t>(r * width + k)] != 0.0f;
-    if (nz) want[static_cast<size_t>(owner(r))].push_back(r);
+    if (!nz) continue;
+    const RowPlace at = owner.Locate(r);
+    ASSERT_EQ(at.server, owner(r));
+    if (owner.has_domains()) {
+      ASSERT_GE(at.position, 0);
+      ASSERT_LT(at.position, owner.DomainSize(at.server));
+      ASSERT_EQ(owner.IdAt(at.server, at.position), r);
+    }
+    want[static_cast<size_t>(at.server)].emplace_back(at.position, r);
   }
+  ASSERT_EQ(p.positions.size(), p.ids.size());
   for (int s = 0; s < owner.servers(); ++s) {
+    auto& w = want[static_cast<size_t>(s)];
+    std::sort(w.begin(), w.end());
+    std::vector<int64_t> want_ids, want_positions;
+    for (const auto& [position, id] : w) {
+      want_positions.push_back(position);
+      want_ids.push_back(id);
+    }
     const auto ids = p.ids_of(s);
-    ASSERT_EQ(std::vector<int64_t>(ids.begin(), ids.end()), want[static_cast<size_t>(s)])
+    const auto positions = p.positions_of(s);
+    ASSERT_EQ(std::vector<int64_t>(ids.begin(), ids.end()), want_ids) << "server " << s;
+    ASSERT_EQ(std::vector<int64_t>(positions.begin(), positions.end()), want_positions)
         << "server " << s;
     const auto vals = p.values_of(s);
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -68,7 +89,8 @@ TEST_P(DensePartitionTest, MatchesBruteForce) {
   const std::vector<float> dense = RandomDense(rows, c.width, c.density, 17);
   auto part = MakePartitioner(c.partitioner, c.threads);
   for (const RowOwner& owner :
-       {RowOwner::Hash(5, 7), RowOwner::Range(rows, 4), RowOwner::Hash(9, 1)}) {
+       {RowOwner::Hash(5, 7), RowOwner::Range(rows, 4), RowOwner::Hash(9, 1),
+        RowOwner::Permuted(5, rows, 7), RowOwner::Permuted(9, rows, 1)}) {
     Partitions p;
     part->PartitionDense(dense, rows, c.width, owner, p);
     ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
@@ -76,6 +98,7 @@ TEST_P(DensePartitionTest, MatchesBruteForce) {
     Partitions again;
     part->PartitionDense(dense, rows, c.width, owner, again);
     EXPECT_EQ(again.ids, p.ids);
+    EXPECT_EQ(again.positions, p.positions);
     EXPECT_EQ(again.values, p.values);
     EXPECT_EQ(again.offsets, p.offsets);
   }
@@ -95,10 +118,11 @@ TEST_P(DensePartitionTest, SparseInputMatchesBruteForce) {
     values.insert(values.end(), dense.begin() + r * c.width, dense.begin() + (r + 1) * c.width);
   }
   auto part = MakePartitioner(c.partitioner, c.threads);
-  const RowOwner owner = RowOwner::Hash(77, 5);
-  Partitions p;
-  part->PartitionSparse(ids, values, c.width, owner, p);
-  ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
+  for (const RowOwner& owner : {RowOwner::Hash(77, 5), RowOwner::Permuted(77, rows, 5)}) {
+    Partitions p;
+    part->PartitionSparse(ids, values, c.width, owner, p);
+    ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
+  }
 }
 
 std::vector<DenseCase> DenseCases() {
@@ -146,6 +170,33 @@ TEST(RowOwner, HashOwnerIsTheServerHash) {
   for (int64_t id = 0; id < 1000; ++id) EXPECT_EQ(o(id), h(id));
   EXPECT_EQ(o, RowOwner::Hash(123, 6));
   EXPECT_FALSE(o == RowOwner::Hash(124, 6));
+}
+
+TEST(RowOwner, PermutedIsRangesOfTheBijection) {
+  for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{1000}, int64_t{4099}}) {
+    for (int n : {1, 3, 8}) {
+      const RowOwner o = RowOwner::Permuted(31, rows, n);
+      const RowPermutation pi(31, rows);
+      std::vector<int64_t> size(static_cast<size_t>(n), 0);
+      for (int64_t id = 0; id < rows; ++id) {
+        // Brute force: the server whose even range [ceil(j rows/n), ...) holds pi(id).
+        int want = 0;
+        while (want + 1 < n && pi(id) * n >= (want + 1) * rows) ++want;
+        ASSERT_EQ(o(id), want) << rows << " rows, n " << n << ", id " << id;
+        const RowPlace at = o.Locate(id);
+        ASSERT_EQ(at.server, want);
+        ASSERT_EQ(at.position, pi(id) - (want * rows + n - 1) / n);
+        ASSERT_EQ(o.IdAt(want, at.position), id);
+        ++size[static_cast<size_t>(want)];
+      }
+      for (int j = 0; j < n; ++j) EXPECT_EQ(size[static_cast<size_t>(j)], o.DomainSize(j));
+      const auto [lo, hi] = std::minmax_element(size.begin(), size.end());
+      EXPECT_LE(*hi - *lo, 1);
+    }
+  }
+  EXPECT_THROW(RowOwner::Permuted(1, 0, 2), InvalidArgument);
+  EXPECT_THROW(RowOwner::Permuted(1, kMaxPermutedRows + 1, 2), InvalidArgument);
+  EXPECT_THROW(RowOwner::Permuted(1, 10, 0), InvalidArgument);
 }
 
 TEST(RowIsNonZero, ZeroSignAndNaN) {

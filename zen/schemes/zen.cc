@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "zen/comm/collectives.h"
+#include "zen/core/checked.h"
 #include "zen/core/error.h"
-#include "zen/schemes/zen_merge.h"
 
 namespace zen {
 namespace {
@@ -26,7 +26,17 @@ Snapshot Take(const Communicator& comm) {
   return {comm.counters().total_sent(), comm.counters().total_recv()};
 }
 
-RowsView View(const DecodedRows& d) { return {d.ids, d.values}; }
+// The largest message a peer may announce: a COO message of `count` rows
+// (a full bitmap is smaller); saturates instead of overflowing.
+int64_t CooBound(int64_t count, int64_t width) {
+  size_t rows_bytes = 0, total = 0;
+  if (!TryMul(static_cast<size_t>(count), sizeof(int64_t) + static_cast<size_t>(width) * sizeof(float),
+              rows_bytes) ||
+      !TryAdd(rows_bytes, kRowHeaderBytes, total) || total > static_cast<size_t>(kAnyBytes)) {
+    return kAnyBytes;
+  }
+  return static_cast<int64_t>(total);
+}
 
 }  // namespace
 
@@ -46,8 +56,8 @@ std::string_view ZenScheme::description() const {
 }
 
 Support ZenScheme::supports(const SparsityProfile& profile) const {
-  if (profile.rows >= static_cast<int64_t>(kHashPrime)) {
-    return Support::No("rows " + std::to_string(profile.rows) + " reach the hash field 2^61 - 1");
+  if (profile.rows > kMaxPermutedRows) {
+    return Support::No("rows " + std::to_string(profile.rows) + " exceed 2^62");
   }
   return Support::Yes();
 }
@@ -69,96 +79,105 @@ uint64_t ZenScheme::AgreedSeed(Communicator& comm) {
   return agreed;
 }
 
-ZenScheme::Plan ZenScheme::Prepare(Communicator& comm, int64_t rows) {
+HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows) {
   const int n = comm.size();
-  Plan plan;
-  plan.owner = config_.ownership == ZenOwnership::kHash ? RowOwner::Hash(AgreedSeed(comm), n)
-                                                        : RowOwner::Range(rows, n);
-  const auto key =
-      std::make_tuple(rows, static_cast<int>(plan.owner.kind()), n,
-                      plan.owner.kind() == RowOwner::Kind::kHash ? plan.owner.seed() : 0);
-  auto it = domains_.find(key);
-  if (it == domains_.end()) {
-    it = domains_.emplace(key, std::make_shared<const HashDomains>(rows, plan.owner, threads_))
-             .first;
-  }
-  plan.domains = it->second;
-  return plan;
+  return HashDomains(config_.ownership == ZenOwnership::kHash
+                         ? RowOwner::Permuted(AgreedSeed(comm), rows, n)
+                         : RowOwner::Range(rows, n));
 }
 
-std::vector<DecodedRows> ZenScheme::Exchange(Communicator& comm, const Plan& plan,
-                                             const Partitions& mine, int64_t width,
-                                             const Where& where) {
+void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t width,
+                         const Where& where) {
   const int n = comm.size();
   const int r = comm.rank();
-  const HashDomains& domains = *plan.domains;
+  const size_t un = static_cast<size_t>(n);
+  Workspace& ws = ws_;
+  const Partitions& mine = ws.mine;
 
-  // Push: COO, one message per other server.
+  // Push: COO of domain positions, one message per other server, encoded
+  // straight into the persistent send buffers.
   auto t0 = Clock::now();
   const Snapshot before_push = Take(comm);
-  std::vector<ByteBuffer> push(static_cast<size_t>(n));
+  ws.push_send.resize(un);
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
-    EncodeRows(domains, j, width, mine.ids_of(j), mine.values_of(j), EncodingChoice::kCoo,
-               push[static_cast<size_t>(j)]);
+    EncodeRows(domains.size(j), width, mine.positions_of(j), mine.values_of(j),
+               EncodingChoice::kCoo, ws.push_send[static_cast<size_t>(j)]);
     stats_.pushed_rows += mine.count(j);
   }
   // A peer may announce at most a COO message of every row of this domain.
-  const auto push_bound = static_cast<int64_t>(CooMessageBytes(domains.size(r), width));
-  const std::vector<ByteBuffer> pushed = AllToAllV(comm, push, push_bound);
-  push.clear();
+  AllToAllVInto(comm, ws.push_send, ws.push_recv, CooBound(domains.size(r), width), ws.requests);
   const Snapshot after_push = Take(comm);
   stats_.push_seconds = Since(t0);
 
-  // Aggregate this server's partition.
+  // Aggregate this server's partition straight out of the receive buffers.
   t0 = Clock::now();
-  std::vector<DecodedRows> got(static_cast<size_t>(n));
-  std::vector<RowsView> parts;
-  parts.reserve(static_cast<size_t>(n));
+  ws.parts.clear();
   for (int i = 0; i < n; ++i) {
     if (i == r) {
-      parts.push_back({mine.ids_of(r), mine.values_of(r)});
+      ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
       continue;
     }
-    DecodeRows(pushed[static_cast<size_t>(i)], domains, r, width, where,
-               got[static_cast<size_t>(i)]);
-    parts.push_back(View(got[static_cast<size_t>(i)]));
+    const RowsMessage m =
+        ParseRows(ws.push_recv[static_cast<size_t>(i)], domains.size(r), r, width, where);
+    if (m.encoding != RowEncoding::kCoo) {
+      throw FormatError(where, "zen: push message from rank ", i, " is not COO");
+    }
+    // COO positions are int64 at an 8-byte aligned offset of the buffer.
+    ws.parts.push_back(
+        {std::span(reinterpret_cast<const int64_t*>(m.index), static_cast<size_t>(m.count)),
+         std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
   }
-  DecodedRows served;
-  MergeSumRows(parts, width, served.ids, served.values);
-  stats_.served_rows = static_cast<int64_t>(served.ids.size());
+  // The sum is written straight into the pull message: a keys-only merge
+  // counts the union (which fixes the encoding and the values' offset), the
+  // second merge writes the summed values where they are sent from.
+  const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
+  const RowsLayout layout = LayoutRows(domains.size(r), served, width, config_.pull_encoding);
+  ws.pull_send.resize(layout.bytes);
+  MergeSumRowsInto(ws.parts, width, ws.served_positions,
+                   reinterpret_cast<float*>(ws.pull_send.data() + layout.values_offset), ws.merge);
+  WriteRowsIndex(domains.size(r), width, ws.served_positions, layout, ws.pull_send);
+  stats_.served_rows = served;
   stats_.aggregate_seconds = Since(t0);
 
   // Pull: this server's sum to everyone, hash bitmap or COO.
   t0 = Clock::now();
-  ByteBuffer message;
-  stats_.pull_encoding =
-      EncodeRows(domains, r, width, served.ids, served.values, config_.pull_encoding, message);
-  // At most every row of the largest domain, in COO (a full bitmap is smaller).
-  int64_t largest = 0;
-  for (int j = 0; j < n; ++j) largest = std::max(largest, domains.size(j));
-  const auto pull_bound = static_cast<int64_t>(CooMessageBytes(largest, width));
-  const std::vector<ByteBuffer> pulled = AllGatherV(comm, message, pull_bound);
-  message.clear();
+  stats_.pull_encoding = layout.encoding;
+  AllGatherVInto(comm, ws.pull_send, ws.pull_recv, CooBound(domains.max_size(), width),
+                 ws.requests);
   const Snapshot after_pull = Take(comm);
   stats_.pull_seconds = Since(t0);
 
   t0 = Clock::now();
+  ws.pulled.resize(un);
   for (int j = 0; j < n; ++j) {
-    if (j == r) continue;
-    DecodedRows& d = got[static_cast<size_t>(j)];
-    DecodeRows(pulled[static_cast<size_t>(j)], domains, j, width, where, d);
-    (d.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
+    if (j == r) {  // this server's own message, viewed in place (no copy)
+      ws.pulled[static_cast<size_t>(j)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
+      continue;
+    }
+    const RowsMessage m =
+        ParseRows(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), j, width, where);
+    ws.pulled[static_cast<size_t>(j)] = m;
+    (m.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
                                             : stats_.pull_coo_messages)++;
   }
-  got[static_cast<size_t>(r)] = std::move(served);
   stats_.decode_seconds = Since(t0);
 
   stats_.push_bytes_sent = after_push.sent - before_push.sent;
   stats_.push_bytes_recv = after_push.recv - before_push.recv;
   stats_.pull_bytes_sent = after_pull.sent - after_push.sent;
   stats_.pull_bytes_recv = after_pull.recv - after_push.recv;
-  return got;
+}
+
+template <typename Fn>
+void ZenScheme::ForEachResultRow(const HashDomains& domains, Fn&& fn) const {
+  const Workspace& ws = ws_;
+  for (int j = 0; j < domains.servers(); ++j) {
+    const RowsMessage& m = ws.pulled[static_cast<size_t>(j)];
+    const int64_t start = domains.start(j);
+    const RowOwner& owner = domains.owner();
+    m.ForEach([&](size_t i, int64_t p) { fn(owner.IdOfKey(start + p), m.row(i)); });
+  }
 }
 
 SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
@@ -172,20 +191,31 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     return local;
   }
   const Where where{comm.rank(), local.name()};
-  const Plan plan = Prepare(comm, local.rows());
+  const HashDomains domains = Prepare(comm, local.rows());
   auto t0 = Clock::now();
-  Partitions mine;
-  sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), plan.owner,
-                                       mine);
+  sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), domains.owner(),
+                                       ws_.mine);
   stats_.partition_seconds = Since(t0);
 
-  const std::vector<DecodedRows> servers = Exchange(comm, plan, mine, local.width(), where);
-  // The servers' partitions are disjoint: the merge only interleaves them.
-  std::vector<RowsView> parts;
-  for (const DecodedRows& d : servers) parts.push_back(View(d));
-  std::vector<int64_t> ids;
-  std::vector<float> values;
-  MergeSumRows(parts, local.width(), ids, values);
+  Exchange(comm, domains, local.width(), where);
+  // The servers' partitions are disjoint: order the union by id (radix
+  // sort of (id, row) pairs), then gather the rows once.
+  t0 = Clock::now();
+  ws_.order.clear();
+  ws_.rows.clear();
+  ForEachResultRow(domains, [&](int64_t id, const float* row) {
+    ws_.order.push_back({id, static_cast<int64_t>(ws_.rows.size())});
+    ws_.rows.push_back(row);
+  });
+  SortByKey(ws_.order, ws_.sort_scratch, local.rows());
+  const size_t w = static_cast<size_t>(local.width());
+  std::vector<int64_t> ids(ws_.order.size());
+  std::vector<float> values(ws_.order.size() * w);
+  for (size_t i = 0; i < ws_.order.size(); ++i) {
+    ids[i] = ws_.order[i].key;
+    CopyRow(values.data() + i * w, ws_.rows[static_cast<size_t>(ws_.order[i].item)], local.width());
+  }
+  stats_.decode_seconds += Since(t0);
   stats_.result_rows = static_cast<int64_t>(ids.size());
   return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
                                   local.name());
@@ -199,30 +229,27 @@ void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t
   stats_.width = width;
   stats_.dense_path = true;
   const Where where{comm.rank(), tensor};
-  const bool alone = comm.size() == 1;
-  const Plan plan = alone ? Plan{RowOwner::Range(rows, 1), nullptr} : Prepare(comm, rows);
-  auto t0 = Clock::now();
-  Partitions mine;
-  dense_partitioner_->PartitionDense(buffer, rows, width, plan.owner, mine);
-  stats_.partition_seconds = Since(t0);
-  stats_.local_rows = mine.total();
-  if (alone) {
-    stats_.result_rows = stats_.local_rows;
+  if (comm.size() == 1) {
+    auto t0 = Clock::now();
+    dense_partitioner_->PartitionDense(buffer, rows, width, RowOwner::Range(rows, 1), ws_.mine);
+    stats_.partition_seconds = Since(t0);
+    stats_.local_rows = stats_.result_rows = ws_.mine.total();
     return;  // the buffer already holds the sum
   }
+  const HashDomains domains = Prepare(comm, rows);
+  auto t0 = Clock::now();
+  dense_partitioner_->PartitionDense(buffer, rows, width, domains.owner(), ws_.mine);
+  stats_.partition_seconds = Since(t0);
+  stats_.local_rows = ws_.mine.total();
 
-  const std::vector<DecodedRows> servers = Exchange(comm, plan, mine, width, where);
+  Exchange(comm, domains, width, where);
   // Every locally non-zero row is in the union, so writing the union's rows
   // overwrites all of them; rows outside the union are zero already.
   t0 = Clock::now();
-  const size_t row_bytes = static_cast<size_t>(width) * sizeof(float);
-  for (const DecodedRows& d : servers) {
-    for (size_t i = 0; i < d.ids.size(); ++i) {
-      std::memcpy(buffer.data() + static_cast<size_t>(d.ids[i]) * static_cast<size_t>(width),
-                  d.values.data() + i * static_cast<size_t>(width), row_bytes);
-    }
-    stats_.result_rows += static_cast<int64_t>(d.ids.size());
-  }
+  ForEachResultRow(domains, [&](int64_t id, const float* row) {
+    CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row, width);
+    ++stats_.result_rows;
+  });
   stats_.decode_seconds += Since(t0);
 }
 

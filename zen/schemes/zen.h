@@ -1,19 +1,25 @@
 // zen/schemes/zen.h — `zen`: ZEN's Balanced Parallelism with hierarchical
 // hashing and the hash bitmap (Wang et al., OSDI 2025, sections 3.1-3.3).
 //
-// Every rank is a worker and a server. h0 (a 4-independent universal hash,
-// seed broadcast from rank 0 on first use and cached per (world size,
-// seed)) assigns each row id to the server that owns it; the assignment is
-// balanced whatever the skew of the ids.
+// Every rank is a worker and a server. A keyed bijection pi of [0, rows)
+// (RowOwner::Permuted; seed broadcast from rank 0 on first use and cached
+// per (world size, seed)) assigns each row id to the server whose range of
+// pi values holds pi(id), at position pi(id) - start in that server's
+// domain; the assignment is balanced whatever the skew of the ids, and
+// nothing is materialized per row: memory and CPU follow the non-zeros
+// (2^40 rows with 3 non-zeros sync in milliseconds).
 //   1. partition: the rank's rows are split per server (sparse input: a
 //      counting pass; dense buffer: hierarchical hashing, Algorithm 1);
 //   2. push (sparse reduce-scatter): worker i sends server j the rows it
-//      holds that j owns, COO, all pairs in flight at once in rotated order;
-//      server j sums what it receives (n-way sorted merge);
+//      holds that j owns, COO of domain positions, all pairs in flight at
+//      once in rotated order; server j sums what it receives (n-way sorted
+//      merge by position, read straight out of the receive buffers);
 //   3. pull (allgather): server j sends its aggregated rows to every rank,
 //      hash-bitmap encoded over its domain D_j, or COO where that is smaller
-//      (chosen per message, tagged in the header); workers decode and
-//      reassemble the union.
+//      (chosen per message, tagged in the header); workers map positions back
+//      to ids (pi^-1) straight out of the receive buffers and reassemble the
+//      union (sparse: a radix sort by id; dense: a scatter into the buffer).
+// Buffers live in a per-instance workspace reused across calls.
 // Bytes a rank receives: about (n-1)/n x (d + d gamma) x rows x row bytes
 // (Eq. 1), i.e. (1 + gamma)/n of what agsparse receives.
 //
@@ -32,19 +38,22 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <vector>
 
+#include "zen/comm/collectives.h"
 #include "zen/core/hash_bitmap.h"
 #include "zen/core/partition.h"
+#include "zen/core/radix_sort.h"
 #include "zen/schemes/registry.h"
+#include "zen/schemes/zen_merge.h"
 
 namespace zen {
 
 enum class ZenOwnership { kHash, kRange };
 
 struct ZenConfig {
-  // kHash is ZEN; kRange (even contiguous ranges) exists to show what hashing
-  // buys on skewed data.
+  // kHash is ZEN (RowOwner::Permuted); kRange (even contiguous ranges)
+  // exists to show what hashing buys on skewed data.
   ZenOwnership ownership = ZenOwnership::kHash;
   // Dense-buffer extraction: "hierarchical" (Algorithm 1) or "counting".
   std::string dense_partitioner = "hierarchical";
@@ -95,16 +104,28 @@ class ZenScheme final : public Scheme {
                    std::string_view tensor) override;
 
  private:
-  struct Plan {
-    RowOwner owner;
-    std::shared_ptr<const HashDomains> domains;
+  friend struct ZenSchemeTestAccess;  // zen_alloc_test.cc: DoSyncDense without the metadata round
+  // Persistent buffers, reused across calls (capacity kept).
+  struct Workspace {
+    Partitions mine;
+    std::vector<ByteBuffer> push_send, push_recv, pull_recv;
+    ByteBuffer pull_send;
+    std::vector<RowsView> parts;
+    std::vector<int64_t> served_positions;
+    MergeScratch merge;
+    std::vector<RowsMessage> pulled;  // views into pull_recv
+    std::vector<KeyItem> order, sort_scratch;
+    std::vector<const float*> rows;
+    RequestList requests;
   };
-  Plan Prepare(Communicator& comm, int64_t rows);
+  HashDomains Prepare(Communicator& comm, int64_t rows);
   uint64_t AgreedSeed(Communicator& comm);
-  // Push, aggregate, pull, decode. Returns every server's rows (index j:
-  // server j's partition of the sum; ascending ids, disjoint).
-  std::vector<DecodedRows> Exchange(Communicator& comm, const Plan& plan, const Partitions& mine,
-                                    int64_t width, const Where& where);
+  // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
+  // (served_*) and views of the other servers' pull messages (pulled[j]).
+  void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where);
+  // fn(id, row) for every row of the global sum (disjoint across servers).
+  template <typename Fn>
+  void ForEachResultRow(const HashDomains& domains, Fn&& fn) const;
 
   SchemeOptions options_;
   ZenConfig config_;
@@ -112,7 +133,7 @@ class ZenScheme final : public Scheme {
   std::unique_ptr<Partitioner> sparse_partitioner_;
   std::unique_ptr<Partitioner> dense_partitioner_;
   std::map<std::pair<int, uint64_t>, uint64_t> seeds_;  // (world, local seed) -> agreed
-  std::map<std::tuple<int64_t, int, int, uint64_t>, std::shared_ptr<const HashDomains>> domains_;
+  Workspace ws_;
   ZenStats stats_;
 };
 

@@ -1,42 +1,88 @@
 #include "zen/schemes/zen_merge.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
-#include <queue>
-#include <utility>
 
 namespace zen {
 
-void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
-                  std::vector<float>& out_values) {
+namespace {
+
+using Head = std::pair<int64_t, size_t>;
+
+// Calls fn(key, part, row) for every row of every part in ascending key
+// order (ties in part order).
+template <typename Fn>
+void ForEachMerged(std::span<const RowsView> parts, MergeScratch& scratch, Fn&& fn) {
+  auto& heads = scratch.heads;
+  auto& next = scratch.next;
+  heads.clear();
+  next.assign(parts.size(), 0);
+  const auto later = std::greater<Head>();
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (!parts[p].ids.empty()) heads.emplace_back(parts[p].ids[0], p);
+  }
+  std::make_heap(heads.begin(), heads.end(), later);
+  while (!heads.empty()) {
+    std::pop_heap(heads.begin(), heads.end(), later);
+    const auto [id, p] = heads.back();
+    heads.pop_back();
+    fn(id, p, next[p]++);
+    if (next[p] < parts[p].ids.size()) {
+      heads.emplace_back(parts[p].ids[next[p]], p);
+      std::push_heap(heads.begin(), heads.end(), later);
+    }
+  }
+}
+
+}  // namespace
+
+size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch) {
+  size_t count = 0;
+  int64_t last = -1;
+  bool any = false;
+  ForEachMerged(parts, scratch, [&](int64_t id, size_t, size_t) {
+    if (!any || id != last) ++count;
+    any = true;
+    last = id;
+  });
+  return count;
+}
+
+void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
+                      std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch) {
   const size_t w = static_cast<size_t>(width);
   size_t total = 0;
   for (const RowsView& p : parts) total += p.ids.size();
-  out_ids.clear();
-  out_ids.reserve(total);
-  out_values.clear();
-  out_values.reserve(total * w);
-  // (next id, part) of every part that still has rows.
-  using Head = std::pair<int64_t, size_t>;
-  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
-  std::vector<size_t> next(parts.size(), 0);
-  for (size_t p = 0; p < parts.size(); ++p) {
-    if (!parts[p].ids.empty()) heads.emplace(parts[p].ids[0], p);
-  }
-  while (!heads.empty()) {
-    const auto [id, p] = heads.top();
-    heads.pop();
-    const size_t i = next[p]++;
+  out_ids.resize(total);
+  size_t out = 0;
+  ForEachMerged(parts, scratch, [&](int64_t id, size_t p, size_t i) {
     const float* src = parts[p].values.data() + i * w;
-    if (!out_ids.empty() && out_ids.back() == id) {
-      float* dst = out_values.data() + (out_ids.size() - 1) * w;
+    if (out > 0 && out_ids[out - 1] == id) {
+      float* dst = out_values + (out - 1) * w;
       for (size_t k = 0; k < w; ++k) dst[k] += src[k];
     } else {
-      out_ids.push_back(id);
-      out_values.insert(out_values.end(), src, src + w);
+      out_ids[out] = id;
+      std::memcpy(out_values + out * w, src, w * sizeof(float));
+      ++out;
     }
-    if (next[p] < parts[p].ids.size()) heads.emplace(parts[p].ids[next[p]], p);
-  }
+  });
+  out_ids.resize(out);
+}
+
+void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
+                  std::vector<float>& out_values, MergeScratch& scratch) {
+  size_t total = 0;
+  for (const RowsView& p : parts) total += p.ids.size();
+  out_values.resize(total * static_cast<size_t>(width));
+  MergeSumRowsInto(parts, width, out_ids, out_values.data(), scratch);
+  out_values.resize(out_ids.size() * static_cast<size_t>(width));
+}
+
+void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
+                  std::vector<float>& out_values) {
+  MergeScratch scratch;
+  MergeSumRows(parts, width, out_ids, out_values, scratch);
 }
 
 }  // namespace zen

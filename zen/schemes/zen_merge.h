@@ -1,28 +1,46 @@
 // zen/schemes/zen_merge.h — the n-way sorted merge ZEN's servers aggregate
-// with (and workers reassemble the disjoint server partitions with).
+// with.
 //
-// Each part is a list of rows with strictly ascending ids; the result has
-// the union of the ids, ascending, and the sum of the rows that share an id.
-// O(total rows x log parts) comparisons plus one pass over the values.
+// Each part is a list of rows with strictly ascending keys (domain
+// positions in ZEN); the result has the union of the keys, ascending, and
+// the sum of the rows that share a key. O(total rows x log parts)
+// comparisons plus one pass over the values. Out vectors and the scratch
+// keep their capacity, so steady-state calls do not allocate.
 //
 // Usage:
-//   std::vector<zen::RowsView> parts = {{ids_a, values_a}, {ids_b, values_b}};
-//   std::vector<int64_t> ids; std::vector<float> values;
-//   zen::MergeSumRows(parts, width, ids, values);
+//   std::vector<zen::RowsView> parts = {{keys_a, values_a}, {keys_b, values_b}};
+//   std::vector<int64_t> keys; std::vector<float> values; zen::MergeScratch scratch;
+//   zen::MergeSumRows(parts, width, keys, values, scratch);
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace zen {
 
 struct RowsView {
-  std::span<const int64_t> ids;
+  std::span<const int64_t> ids;   // keys, strictly ascending
   std::span<const float> values;  // ids.size() x width
 };
 
+struct MergeScratch {
+  std::vector<std::pair<int64_t, size_t>> heads;
+  std::vector<size_t> next;
+};
+
+// The number of distinct keys over all parts (a keys-only merge).
+size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch);
+// Merges into caller memory: out_ids is replaced (MergedCount entries);
+// out_values must hold MergedCount x width floats (e.g. the values region
+// of an outgoing message, so the sum is written where it is sent from).
+void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
+                      std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch);
+
 // out_ids / out_values are replaced.
+void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
+                  std::vector<float>& out_values, MergeScratch& scratch);
 void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
                   std::vector<float>& out_values);
 

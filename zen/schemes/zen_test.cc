@@ -6,8 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -311,7 +316,10 @@ TEST(Zen, RegisteredWithStatsAndSupport) {
   SparsityProfile p;
   p.rows = 1000;
   EXPECT_TRUE(z->supports(p).ok);
+  // The permutation covers [1, 2^62] (the hash field's 2^61 - 1 limit is gone).
   p.rows = int64_t{1} << 62;
+  EXPECT_TRUE(z->supports(p).ok);
+  p.rows = (int64_t{1} << 62) + 1;
   EXPECT_FALSE(z->supports(p).ok);
 }
 
@@ -464,6 +472,77 @@ TEST_F(ZenZipfWorkload, VolumeMatchesEquationOneAgsparseAndLowerBound) {
     EXPECT_NEAR((recv / ag_recv) / ((1 + gamma) / n), 1.0, 0.10) << "rank " << r;
     EXPECT_GE(recv, lower) << "rank " << r;
     EXPECT_LE(recv, 1.5 * lower) << "rank " << r;
+  }
+}
+
+
+// ---- Memory and time follow the non-zeros, not rows (issue 13 item 4) ----
+
+namespace huge {
+
+long MaxRssKb() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+}  // namespace huge
+
+TEST(ZenHugeRows, FewNonZerosOfTwoToThe31And40RowsSyncInMilliseconds) {
+  for (Backend backend : {Backend::kInProc, Backend::kGlooTcp}) {
+    for (int64_t rows : {int64_t{1} << 31, int64_t{1} << 40}) {
+      const int n = 4;
+      const int64_t width = 2;
+      // Rank r holds ids {r, 7 r + 2^30, rows - 1} (one shared by all).
+      std::vector<SparseTensor> inputs;
+      std::map<int64_t, std::vector<float>> want;  // independent sparse reference
+      for (int r = 0; r < n; ++r) {
+        std::vector<int64_t> ids = {r, 7 * int64_t{r} + (int64_t{1} << 30), rows - 1};
+        std::sort(ids.begin(), ids.end());
+        std::vector<float> values;
+        for (int64_t id : ids) {
+          for (int64_t k = 0; k < width; ++k) {
+            const float v = static_cast<float>(r + 1) + 0.5f * static_cast<float>(k);
+            values.push_back(v);
+            auto& w = want[id];
+            w.resize(static_cast<size_t>(width), 0.0f);
+            w[static_cast<size_t>(k)] += v;
+          }
+        }
+        inputs.push_back(SparseTensor::FromSorted(rows, width, ids, values, "huge"));
+      }
+      const long rss_before = huge::MaxRssKb();
+      std::mutex mu;
+      double slowest = 0;
+      testing::RunRanks(backend, n, [&](Communicator& comm) {
+        ZenScheme scheme;
+        for (int call = 0; call < 3; ++call) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const SparseTensor sum = scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::lock_guard lock(mu);
+          slowest = std::max(slowest, s);
+          ASSERT_EQ(sum.nnz(), want.size());
+          size_t i = 0;
+          for (const auto& [id, v] : want) {
+            ASSERT_EQ(sum.ids()[i], id);
+            for (int64_t k = 0; k < width; ++k) {
+              ASSERT_EQ(sum.row(i)[static_cast<size_t>(k)], v[static_cast<size_t>(k)]);
+            }
+            ++i;
+          }
+        }
+      });
+      const long grown_kb = huge::MaxRssKb() - rss_before;
+      std::printf("rows 2^%d, %s: slowest call %.2f ms, max RSS grew %ld KiB\n",
+                  static_cast<int>(std::log2(static_cast<double>(rows))),
+                  backend == Backend::kInProc ? "inproc" : "gloo", slowest * 1e3, grown_kb);
+      // Milliseconds (a generous bound for a loaded shared machine; the old
+      // materialized domains took seconds and 8 bytes per row: 16 GiB at 2^31).
+      EXPECT_LT(slowest, 1.0);
+      EXPECT_LT(grown_kb, 64 * 1024);
+    }
   }
 }
 

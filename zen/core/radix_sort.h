@@ -1,0 +1,66 @@
+// zen/core/radix_sort.h — sorting (key, item) pairs by key, for the
+// per-server position order of ZEN's partitions and its id-order output.
+//
+// Keys are non-negative and below a known bound, so an LSD radix sort with
+// 11-bit digits sorts n pairs in ceil(bits(bound) / 11) passes of O(n)
+// (2 passes for keys below 2^22); short lists (and keys so wide that a
+// comparison sort is cheaper) fall back to std::sort. Stable in both cases
+// for distinct keys (the only case ZEN has). `scratch` is resized to n and
+// reused by the caller across calls, so steady-state calls do not allocate.
+//
+// Usage:
+//   std::vector<zen::KeyItem> pairs = ..., scratch;
+//   zen::SortByKey(pairs, scratch, /*key_bound=*/rows);
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace zen {
+
+struct KeyItem {
+  int64_t key;
+  int64_t item;
+};
+
+inline void SortByKey(std::span<KeyItem> a, std::vector<KeyItem>& scratch, int64_t key_bound) {
+  constexpr int kDigit = 11;
+  constexpr size_t kBuckets = size_t{1} << kDigit;
+  const size_t n = a.size();
+  const int bits = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(
+                                   std::max<int64_t>(key_bound, 1) - 1))));
+  const int passes = (bits + kDigit - 1) / kDigit;
+  // A comparison sort costs about n log2 n; radix about passes x (n + buckets).
+  if (n < 1024 || std::log2(static_cast<double>(n)) <
+                      passes * (3.0 + static_cast<double>(kBuckets) / static_cast<double>(n))) {
+    if (!std::is_sorted(a.begin(), a.end(),
+                        [](const KeyItem& x, const KeyItem& y) { return x.key < y.key; })) {
+      std::sort(a.begin(), a.end(), [](const KeyItem& x, const KeyItem& y) { return x.key < y.key; });
+    }
+    return;
+  }
+  if (scratch.size() < n) scratch.resize(n);
+  std::span<KeyItem> src = a, dst(scratch.data(), n);
+  std::array<size_t, kBuckets> count;
+  for (int p = 0; p < passes; ++p) {
+    const int shift = p * kDigit;
+    count.fill(0);
+    for (const KeyItem& x : src) ++count[static_cast<size_t>(x.key >> shift) & (kBuckets - 1)];
+    size_t sum = 0;
+    for (size_t& c : count) {
+      const size_t k = c;
+      c = sum;
+      sum += k;
+    }
+    for (const KeyItem& x : src) dst[count[static_cast<size_t>(x.key >> shift) & (kBuckets - 1)]++] = x;
+    std::swap(src, dst);
+  }
+  if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
+}
+
+}  // namespace zen

@@ -1,0 +1,193 @@
+// `zen`: steady-state calls make no heap allocation in zen's own code
+// (issue 14 item 1). This file replaces the global operator new of the
+// zen_schemes_test binary with a counting one (a thread-local counter, so
+// ranks running as threads count separately). A forwarding communicator
+// marks the time spent inside the transport (Send / Recv / RecvUpTo, the
+// request objects, Wait) so those allocations are counted apart: the
+// Communicator API returns each request as a std::unique_ptr, so every
+// message costs the transport at least one allocation.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+
+#include "zen/comm/testing.h"
+#include "zen/core/reduce.h"
+#include "zen/schemes/zen.h"
+#include "zen/workload/synthetic.h"
+
+namespace {
+thread_local int64_t t_allocs = 0;            // outside the transport
+thread_local int64_t t_transport_allocs = 0;  // inside it
+thread_local int t_in_transport = 0;
+
+void* Counted(std::size_t n) {
+  (t_in_transport > 0 ? t_transport_allocs : t_allocs)++;
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return Counted(n); }
+void* operator new[](std::size_t n) { return Counted(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  (t_in_transport > 0 ? t_transport_allocs : t_allocs)++;
+  return std::malloc(n == 0 ? 1 : n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  (t_in_transport > 0 ? t_transport_allocs : t_allocs)++;
+  return std::malloc(n == 0 ? 1 : n);
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+namespace zen {
+
+struct ZenSchemeTestAccess {
+  static void SyncDense(ZenScheme& s, Communicator& comm, std::span<float> buffer, int64_t rows,
+                        int64_t width) {
+    s.DoSyncDense(comm, buffer, rows, width, "alloc");
+  }
+  static SparseTensor Sync(ZenScheme& s, Communicator& comm, const SparseTensor& local) {
+    return s.DoSync(comm, local);
+  }
+};
+
+namespace {
+
+struct InTransport {
+  InTransport() { ++t_in_transport; }
+  ~InTransport() { --t_in_transport; }
+};
+
+class MarkedRequest final : public Request {
+ public:
+  explicit MarkedRequest(std::unique_ptr<Request> r) : r_(std::move(r)) {}
+  ~MarkedRequest() override {
+    InTransport mark;
+    r_.reset();
+  }
+  void Wait() override {
+    InTransport mark;
+    r_->Wait();
+  }
+
+ private:
+  std::unique_ptr<Request> r_;
+};
+
+// Forwards to `inner`; every allocation inside the transport is marked.
+class MarkingComm final : public Communicator {
+ public:
+  explicit MarkingComm(Communicator& inner)
+      : Communicator(inner.rank(), inner.size(), inner.timeout()), inner_(inner) {}
+  std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
+    InTransport mark;
+    return std::make_unique<MarkedRequest>(inner_.Send(peer, tag, data));
+  }
+  std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
+    InTransport mark;
+    return std::make_unique<MarkedRequest>(inner_.Recv(peer, tag, data));
+  }
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    InTransport mark;
+    return std::make_unique<MarkedRequest>(inner_.RecvUpTo(peer, tag, out, max_bytes));
+  }
+
+ private:
+  Communicator& inner_;
+};
+
+// Calls 3..10 of one shape (dense path, both pull encodings by density):
+// zero allocations outside the transport on every rank.
+TEST(ZenAlloc, SteadyStateDenseCallsAllocateNothingOutsideTheTransport) {
+  for (auto backend : {testing::Backend::kInProc, testing::Backend::kGlooTcp}) {
+    for (double density : {0.01, 0.3}) {
+      SyntheticSpec spec;
+      spec.rows = 12000;  // one extraction chunk: no thread per call
+      spec.width = 4;
+      spec.density = density;
+      spec.seed = 9;
+      const int n = 4;
+      const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, n);
+      const DenseReference reference(inputs);
+      std::mutex mu;
+      testing::RunRanks(backend, n, [&](Communicator& inner) {
+        MarkingComm comm(inner);
+        ZenScheme scheme;
+        const std::vector<float> dense = inputs[static_cast<size_t>(comm.rank())].ToDense();
+        std::vector<float> buffer(dense.size());
+        int64_t outside = 0, transport = 0;
+        for (int call = 1; call <= 10; ++call) {
+          std::copy(dense.begin(), dense.end(), buffer.begin());
+          const int64_t a0 = t_allocs, t0 = t_transport_allocs;
+          ZenSchemeTestAccess::SyncDense(scheme, comm, buffer, spec.rows, spec.width);
+          if (call >= 3) {
+            outside += t_allocs - a0;
+            transport += t_transport_allocs - t0;
+          }
+          const Agreement got = reference.CompareDense(buffer);
+          std::lock_guard lock(mu);
+          ASSERT_EQ(got.rows_mismatch, 0);
+          ASSERT_LE(got.max_rel_error, 1e-5);
+        }
+        std::lock_guard lock(mu);
+        EXPECT_EQ(outside, 0) << "rank " << comm.rank() << " density " << density;
+        if (comm.rank() == 0) {
+          std::printf("%s, density %.2f: %lld allocations per call outside the transport, %.1f "
+                      "inside it (%d messages per call)\n",
+                      backend == testing::Backend::kInProc ? "inproc" : "gloo", density,
+                      static_cast<long long>(outside / 8),
+                      static_cast<double>(transport) / 8 - 4 * (n - 1),  // less this test's wrappers
+                      4 * (n - 1));
+        }
+      });
+    }
+  }
+}
+
+// The sparse path returns a new SparseTensor (its id and value vectors are
+// the API's result): exactly those, nothing else, per steady-state call.
+TEST(ZenAlloc, SteadyStateSparseCallsAllocateOnlyTheResult) {
+  SyntheticSpec spec;
+  spec.rows = 12000;
+  spec.width = 4;
+  spec.density = 0.05;
+  spec.seed = 4;
+  const int n = 4;
+  const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, n);
+  const DenseReference reference(inputs);
+  std::mutex mu;
+  testing::RunRanks(testing::Backend::kInProc, n, [&](Communicator& inner) {
+    MarkingComm comm(inner);
+    ZenScheme scheme;
+    int64_t outside = 0;
+    for (int call = 1; call <= 10; ++call) {
+      const int64_t a0 = t_allocs;
+      const SparseTensor sum =
+          ZenSchemeTestAccess::Sync(scheme, comm, inputs[static_cast<size_t>(comm.rank())]);
+      if (call >= 3) outside += t_allocs - a0;
+      const Agreement got = reference.Compare(sum);
+      std::lock_guard lock(mu);
+      ASSERT_EQ(got.rows_mismatch, 0);
+      ASSERT_LE(got.max_rel_error, 1e-5);
+    }
+    std::lock_guard lock(mu);
+    EXPECT_LE(outside, 8 * 2) << "rank " << comm.rank();  // ids + values per call
+    if (comm.rank() == 0) {
+      std::printf("sparse path: %.1f allocations per call outside the transport\n",
+                  static_cast<double>(outside) / 8);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace zen
