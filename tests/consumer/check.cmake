@@ -6,6 +6,17 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/pre
 if(rc)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
+# The test harness (zen_testing) is not part of the package.
+if(EXISTS ${WORK}/prefix/include/zen/testing)
+  message(FATAL_ERROR "the test harness headers (zen/testing) were installed")
+endif()
+file(GLOB_RECURSE exported ${WORK}/prefix/*zenTargets*.cmake)
+foreach(f IN LISTS exported)
+  file(READ ${f} text)
+  if(text MATCHES "zen_testing")
+    message(FATAL_ERROR "the exported package names zen_testing (${f})")
+  endif()
+endforeach()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${WORK}/prefix
                 RESULT_VARIABLE rc)
 if(rc)
