@@ -13,5 +13,6 @@ int RunSchemes(Args args);   // schemes_cmd.cc: list the registry
 int RunBench(Args args);     // bench_cmd.cc: multi-process benchmark
 int RunAnalyze(Args args);   // analyze_cmd.cc: sparsity analyzer on a trace
 int RunSimulate(Args args);  // simulate_cmd.cc: cost-model extrapolation
+int RunTestbed(Args args);   // testbed_cmd.cc: multi-host testbed up/down/status
 
 }  // namespace zen::cli
