@@ -78,7 +78,7 @@ std::string Join(const std::vector<std::string>& v) {
   return s;
 }
 
-const std::vector<std::string> kCommands = {"bench", "schemes", "analyze", "simulate"};
+const std::vector<std::string> kCommands = {"bench", "schemes", "analyze", "simulate", "testbed"};
 
 TEST(Cli, TopLevelHelpGoesToStdoutWithStatusZero) {
   for (const std::vector<std::string>& args : {std::vector<std::string>{"-h"}, {"--help"}, {"help"}}) {

@@ -20,9 +20,10 @@
 #include <string>
 
 #include "zen/analysis/auto_scheme.h"
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 // A small quarantine, so that ASan's own bookkeeping does not read as growth.

@@ -1,5 +1,6 @@
-// The multi-host testbed (scripts/testbed, `zen bench --testbed NxRATE`) and
-// the PyTorch peers, end to end with real processes and real namespaces.
+// The multi-host testbed (`zen testbed`, scripts/testbed which runs it, and
+// `zen bench --testbed NxRATE`) and the PyTorch peers, end to end with real
+// processes and real namespaces.
 //
 // Tests that need root and iproute2 (and the right to create network
 // namespaces) skip cleanly where those are missing; the peer tests skip when
@@ -95,6 +96,12 @@ BenchRun Bench(const std::string& args) {
   return run;
 }
 
+// scripts/testbed, running the zen binary under test (one implementation:
+// the script is `zen testbed`).
+std::string Script() {
+  return "env ZEN=" + std::string(ZEN_CLI) + " " + std::string(ZEN_SOURCE_DIR) + "/scripts/testbed";
+}
+
 const char* kSmall = "--synthetic zipf:rows=60000,width=32,density=0.03,skew=1.0";
 
 #define SKIP_WITHOUT_TESTBED()                                        \
@@ -105,7 +112,7 @@ const char* kSmall = "--synthetic zipf:rows=60000,width=32,density=0.03,skew=1.0
 
 TEST(Testbed, ScriptUpDownLeavesNothing) {
   SKIP_WITHOUT_TESTBED();
-  const std::string script = std::string(ZEN_SOURCE_DIR) + "/scripts/testbed";
+  const std::string script = Script();
   int st = 0;
   const std::string up = Output(script + " up 2 200mbit t1", &st);
   ASSERT_EQ(st, 0) << up;
@@ -117,6 +124,10 @@ TEST(Testbed, ScriptUpDownLeavesNothing) {
   EXPECT_NE(Output("tc -n zentbt1-h0 qdisc show dev zentb0").find("rate 200Mbit"),
             std::string::npos);
   EXPECT_NE(Output("tc qdisc show dev zentbt1-v0").find("rate 200Mbit"), std::string::npos);
+  const std::string status = Output(script + " status", &st);
+  EXPECT_EQ(st, 0) << status;
+  EXPECT_NE(status.find("zentbt1-h1"), std::string::npos) << status;
+  EXPECT_NE(status.find("zentbt1-v1: qdisc tbf"), std::string::npos) << status;
   Output(script + " down t1", &st);
   EXPECT_EQ(st, 0);
   EXPECT_FALSE(TestbedNamespaces().count("zentbt1-h0"));
@@ -130,9 +141,11 @@ TEST(Testbed, ScriptRefusesWithoutRoot) {
   Output("command -v setpriv", &st);
   if (geteuid() != 0 || st != 0) GTEST_SKIP() << "needs root and setpriv to drop privileges";
   const std::string drop = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
-  const std::string script = std::string(ZEN_SOURCE_DIR) + "/scripts/testbed";
-  Output(drop + "test -x " + script, &st);
+  const std::string script = Script();
+  Output(drop + "test -x " + std::string(ZEN_SOURCE_DIR) + "/scripts/testbed", &st);
   if (st != 0) GTEST_SKIP() << "the checkout is not readable by an unprivileged user: " << script;
+  Output(drop + "test -x " + std::string(ZEN_CLI), &st);
+  if (st != 0) GTEST_SKIP() << "the zen binary is not executable by an unprivileged user";
   const std::string out = Output(drop + script + " up 2 1gbit", &st);
   EXPECT_NE(st, 0);
   EXPECT_NE(out.find("root"), std::string::npos) << out;
@@ -147,6 +160,30 @@ TEST(Testbed, BenchRefusesWithoutRoot) {
                                  &st);
   EXPECT_NE(st, 0);
   EXPECT_NE(out.find("needs root"), std::string::npos) << out;
+}
+
+// The script and `zen testbed` are one implementation: the script's
+// answers are the binary's, bad arguments fail before anything is built.
+TEST(Testbed, ScriptRunsTheZenImplementation) {
+  int st = 0;
+  const std::string help = Output(std::string(ZEN_CLI) + " testbed --help", &st);
+  EXPECT_EQ(st, 0) << help;
+  EXPECT_NE(help.find("zentb<TAG>-h<i>"), std::string::npos) << help;
+  const auto before = TestbedNamespaces();
+  const std::string bad_tag = Output(Script() + " up 2 1gbit TOO-LONG", &st);
+  EXPECT_EQ(st, 2) << bad_tag;
+  EXPECT_NE(bad_tag.find("zen testbed: TAG 'TOO-LONG' must be at most 4 of [0-9a-z]"),
+            std::string::npos)
+      << bad_tag;
+  const std::string bad_rate = Output(Script() + " up 2 500mbps", &st);
+  EXPECT_EQ(st, 2) << bad_rate;
+  EXPECT_NE(bad_rate.find("mbit"), std::string::npos) << bad_rate;
+  EXPECT_EQ(TestbedNamespaces(), before);
+  const std::string missing =
+      Output("env ZEN=/nonexistent/zen " + std::string(ZEN_SOURCE_DIR) + "/scripts/testbed status",
+             &st);
+  EXPECT_NE(st, 0);
+  EXPECT_NE(missing.find("no zen binary"), std::string::npos) << missing;
 }
 
 TEST(Testbed, BadSpecFailsBeforeAnythingIsBuilt) {

@@ -21,6 +21,17 @@ if(NOT CMAKE_MATCH_1)
 endif()
 file(WRITE ${WORK}/readme_snippet.cc "${CMAKE_MATCH_1}")
 
+# The test harness (zen_testing) is not part of the package.
+if(EXISTS ${WORK}/prefix/include/zen/testing)
+  message(FATAL_ERROR "the test harness headers (zen/testing) were installed")
+endif()
+file(GLOB_RECURSE exported ${WORK}/prefix/*zenTargets*.cmake)
+foreach(f IN LISTS exported)
+  file(READ ${f} text)
+  if(text MATCHES "zen_testing")
+    message(FATAL_ERROR "the exported package names zen_testing (${f})")
+  endif()
+endforeach()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${WORK}/build -DCMAKE_PREFIX_PATH=${WORK}/prefix
                         -DREADME_SNIPPET=${WORK}/readme_snippet.cc
                 RESULT_VARIABLE rc)

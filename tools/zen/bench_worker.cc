@@ -14,6 +14,7 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 
 namespace zen::cli {
 namespace {

@@ -36,5 +36,6 @@ int RunSchemes(Args args, const Environment& env);   // schemes_cmd.cc: list the
 int RunBench(Args args, const Environment& env);     // bench_cmd.cc: multi-process benchmark
 int RunAnalyze(Args args, const Environment& env);   // analyze_cmd.cc: sparsity analyzer
 int RunSimulate(Args args, const Environment& env);  // simulate_cmd.cc: cost-model extrapolation
+int RunTestbed(Args args, const Environment& env);   // testbed_cmd.cc: testbed up/down/status
 
 }  // namespace zen::cli

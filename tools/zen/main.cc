@@ -39,6 +39,8 @@ constexpr Command kCommands[] = {
     {"schemes", "list the registered synchronization schemes", zen::cli::RunSchemes},
     {"analyze", "characterize a gradient trace (density, overlap, skew)", zen::cli::RunAnalyze},
     {"simulate", "predict scheme times at larger world sizes", zen::cli::RunSimulate},
+    {"testbed", "bring the multi-host testbed (namespaces, shaped links) up or down",
+     zen::cli::RunTestbed},
 };
 
 void Usage(std::FILE* out) {

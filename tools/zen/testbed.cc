@@ -174,25 +174,90 @@ TestbedSpec ParseTestbedSpec(std::string_view text) {
   return spec;
 }
 
-void TestbedDown(const std::string& prefix) {
-  const std::string p = prefix + "-";
-  for (const auto& ns : Matching(CommandOutput({"ip", "netns", "list"}), p, false)) {
+void RemoveTestbedObjects(const std::string& start) {
+  for (const auto& ns : Matching(CommandOutput({"ip", "netns", "list"}), start, false)) {
     RunCommand({"ip", "netns", "del", ns}, true);
   }
-  for (const auto& link : Matching(CommandOutput({"ip", "-o", "link", "show"}), p, true)) {
+  for (const auto& link : Matching(CommandOutput({"ip", "-o", "link", "show"}), start, true)) {
     RunCommand({"ip", "link", "del", link}, true);
   }
 }
 
-Testbed::Testbed(const TestbedSpec& spec) : spec_(spec) {
+void TestbedDown(const std::string& prefix) { RemoveTestbedObjects(prefix + "-"); }
+
+void CheckTestbedPrivileges(std::string_view what) {
   if (geteuid() != 0) {
-    throw InvalidArgument(
-        "--testbed needs root: network namespaces, veth pairs, a bridge and tc shaping need "
-        "CAP_NET_ADMIN (run as root, or use plain `zen bench` on loopback)");
+    throw InvalidArgument(std::string(what) +
+                          " needs root: network namespaces, veth pairs, a bridge and tc shaping "
+                          "need CAP_NET_ADMIN (run as root, or use plain `zen bench` on loopback)");
   }
   if (!OnPath("ip") || !OnPath("tc")) {
-    throw InvalidArgument("--testbed needs iproute2 ('ip' and 'tc'): apt-get install iproute2");
+    throw InvalidArgument(std::string(what) +
+                          " needs iproute2 ('ip' and 'tc'): apt-get install iproute2");
   }
+}
+
+std::string TestbedPrefix(std::string_view tag) {
+  const bool ok = tag.size() <= 4 && std::all_of(tag.begin(), tag.end(), [](char c) {
+                    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z');
+                  });
+  if (!ok) throw InvalidArgument("TAG '" + std::string(tag) + "' must be at most 4 of [0-9a-z]");
+  return "zentb" + std::string(tag);
+}
+
+void TestbedUp(const std::string& prefix, const TestbedSpec& spec) {
+  if (spec.hosts < 1 || !(spec.rate_bits_per_s > 0)) {
+    throw InvalidArgument("testbed needs >= 1 host and a positive rate");
+  }
+  TestbedDown(prefix);
+  const auto run = [](const std::vector<std::string>& argv) {
+    if (RunCommand(argv, false) != 0) {
+      throw TransportError("testbed setup failed: `" + Joined(argv) + "`");
+    }
+  };
+  try {
+    const std::string br = prefix + "-br";
+    run({"ip", "link", "add", br, "type", "bridge"});
+    run({"ip", "link", "set", br, "up"});
+    for (int i = 0; i < spec.hosts; ++i) {
+      const std::string ns = prefix + "-h" + std::to_string(i);
+      const std::string veth = prefix + "-v" + std::to_string(i);
+      run({"ip", "netns", "add", ns});
+      run({"ip", "link", "add", veth, "type", "veth", "peer", "name", kTestbedInterface, "netns",
+           ns});
+      run({"ip", "link", "set", veth, "master", br, "up"});
+      run({"ip", "-n", ns, "link", "set", "lo", "up"});
+      run({"ip", "-n", ns, "addr", "add", Testbed::Address(i) + "/24", "dev", kTestbedInterface});
+      run({"ip", "-n", ns, "link", "set", kTestbedInterface, "up"});
+      // A link idle between iterations must not fall back to slow start
+      // (a per-namespace setting; datacenter stacks turn it off too).
+      run({"ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+           "net.ipv4.tcp_slow_start_after_idle=0"});
+      run(ShapeArgs(ns, kTestbedInterface, spec.rate_bits_per_s));
+      run(ShapeArgs("", veth, spec.rate_bits_per_s));
+    }
+  } catch (...) {
+    TestbedDown(prefix);
+    throw;
+  }
+}
+
+std::string TestbedStatus() {
+  std::string out;
+  for (const auto& ns : Matching(CommandOutput({"ip", "netns", "list"}), "zentb", false)) {
+    out += ns + "\n";
+  }
+  if (out.empty()) out = "no zentb namespaces\n";
+  for (const auto& link : Matching(CommandOutput({"ip", "-o", "link", "show"}), "zentb", true)) {
+    std::stringstream qdiscs(CommandOutput({"tc", "qdisc", "show", "dev", link}));
+    std::string line;
+    while (std::getline(qdiscs, line)) out += link + ": " + line + "\n";
+  }
+  return out;
+}
+
+Testbed::Testbed(const TestbedSpec& spec) : spec_(spec) {
+  CheckTestbedPrivileges("--testbed");
   if (spec_.hosts < 1 || !(spec_.rate_bits_per_s > 0)) {
     throw InvalidArgument("testbed needs >= 1 host and a positive rate");
   }
@@ -208,12 +273,7 @@ Testbed::Testbed(const TestbedSpec& spec) : spec_(spec) {
     }
   }
   StartWatchdog();
-  try {
-    Up();
-  } catch (...) {
-    TestbedDown(prefix_);
-    throw;
-  }
+  TestbedUp(prefix_, spec_);  // removes what it made when it fails
 }
 
 // A child that waits for this process to end (its pipe reaches EOF, however
@@ -242,32 +302,6 @@ void Testbed::StartWatchdog() {
   close(fds[0]);
   watchdog_fd_ = fds[1];
   watchdog_pid_ = pid;
-}
-
-void Testbed::Up() {
-  const auto run = [](const std::vector<std::string>& argv) {
-    if (RunCommand(argv, false) != 0) {
-      throw TransportError("testbed setup failed: `" + Joined(argv) + "`");
-    }
-  };
-  const std::string br = prefix_ + "-br";
-  run({"ip", "link", "add", br, "type", "bridge"});
-  run({"ip", "link", "set", br, "up"});
-  for (int i = 0; i < spec_.hosts; ++i) {
-    const std::string ns = Namespace(i), veth = prefix_ + "-v" + std::to_string(i);
-    run({"ip", "netns", "add", ns});
-    run({"ip", "link", "add", veth, "type", "veth", "peer", "name", kTestbedInterface, "netns",
-         ns});
-    run({"ip", "link", "set", veth, "master", br, "up"});
-    run({"ip", "-n", ns, "link", "set", "lo", "up"});
-    run({"ip", "-n", ns, "addr", "add", Address(i) + "/24", "dev", kTestbedInterface});
-    run({"ip", "-n", ns, "link", "set", kTestbedInterface, "up"});
-    // A link idle between iterations must not fall back to slow start
-    // (a per-namespace setting; datacenter stacks turn it off too).
-    run({"ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"});
-    run(ShapeArgs(ns, kTestbedInterface, spec_.rate_bits_per_s));
-    run(ShapeArgs("", veth, spec_.rate_bits_per_s));
-  }
 }
 
 Testbed::~Testbed() {

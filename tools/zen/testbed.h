@@ -3,10 +3,12 @@
 // RATE both ways with `tc tbf`, torn down when the Testbed object goes away
 // (and by a watchdog process if this one dies first).
 //
-// The layout is that of scripts/testbed (docs/performance.md, "Testbed"):
-// host i is namespace <prefix>-h<i> with loopback up and one interface
-// `zentb0` = 10.77.0.<i+1>/24; its veth peer <prefix>-v<i> sits on the bridge
-// <prefix>-br. Every name starts with "zentb", so nothing else is touched.
+// This is the one implementation of the testbed: `zen testbed up/down/status`
+// (testbed_cmd.cc) and scripts/testbed, which runs it, build the same
+// layout (docs/performance.md, "Testbed"): host i is namespace <prefix>-h<i>
+// with loopback up and one interface `zentb0` = 10.77.0.<i+1>/24; its veth
+// peer <prefix>-v<i> sits on the bridge <prefix>-br. Every name starts with
+// "zentb", so nothing else is touched.
 //
 // Usage:
 //   zen::cli::TestbedSpec spec = zen::cli::ParseTestbedSpec("8x500mbit");
@@ -43,9 +45,23 @@ TestbedSpec ParseTestbedSpec(std::string_view text);
 // "500mbit" / "2gbit" / "100kbit" / "1000bit" -> bits per second.
 double ParseRateBits(std::string_view rate);
 
+// InvalidArgument naming `what` when not root or iproute2 is missing.
+void CheckTestbedPrivileges(std::string_view what);
+
+// "zentb" + tag; InvalidArgument unless tag is at most 4 of [0-9a-z].
+std::string TestbedPrefix(std::string_view tag);
+
+// Builds the testbed under `prefix` (replacing one of that prefix), or
+// throws TransportError naming the failed command after removing what was
+// made. Stays up until TestbedDown(prefix). Callers check privileges.
+void TestbedUp(const std::string& prefix, const TestbedSpec& spec);
+
+// The zentb namespaces and the shaping of every zentb link, one per line.
+std::string TestbedStatus();
+
 class Testbed {
  public:
-  // Brings the testbed up under a fresh prefix zentb<tag>. Throws
+  // Brings the testbed up (TestbedUp) under a fresh prefix zentb<tag>. Throws
   // InvalidArgument when not root or iproute2 is missing, TransportError
   // when a command fails (after removing what was made).
   explicit Testbed(const TestbedSpec& spec);
@@ -62,7 +78,6 @@ class Testbed {
   LaunchPlan Plan() const;
 
  private:
-  void Up();
   void StartWatchdog();
 
   TestbedSpec spec_;
@@ -71,9 +86,11 @@ class Testbed {
   int watchdog_pid_ = -1;
 };
 
-// Removes every namespace and link whose name starts with prefix + "-".
-// Never throws; safe to call on a testbed that is half built or gone.
+// Removes every namespace and link whose name starts with prefix + "-"
+// (TestbedDown) or with `start` (RemoveTestbedObjects("zentb"): every
+// testbed). Never throw; safe to call on a testbed that is half built or gone.
 void TestbedDown(const std::string& prefix);
+void RemoveTestbedObjects(const std::string& start);
 
 // Adds to a `zen bench` report: "link" (hosts, rate, bits/s) when link is
 // given, "lower_bound_time_s" = lower_bound_bytes_max x 8 / rate, the load

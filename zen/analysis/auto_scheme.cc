@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 #include "zen/core/error.h"
@@ -12,11 +11,6 @@ namespace {
 
 constexpr char kDescription[] =
     "per tensor, the scheme with the lowest predicted time (online profile + cost model)";
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
 
 std::string Key(const SparseTensor& t) {
   return t.name() + "|" + std::to_string(t.rows()) + "x" + std::to_string(t.width());
@@ -41,13 +35,18 @@ const AutoDecision* AutoScheme::decision(std::string_view tensor) const {
   return &tensors_.find(key->second)->second.decision;
 }
 
-Scheme& AutoScheme::Delegate(const std::string& id) {
-  auto& slot = delegates_[id];
-  if (!slot) {
-    slot = registry_.Create(id, options_.scheme);
-    slot->set_check_agreement(false);
-  }
+Scheme& AutoScheme::Chosen(const std::string& id) {
+  auto& slot = instances_[id];
+  if (!slot) slot = registry_.Create(id, options_.scheme);
   return *slot;
+}
+
+void AutoScheme::Log(const std::string& text) const {
+  if (options_.log_sink) {
+    options_.log_sink(text);
+  } else {
+    std::fprintf(stderr, "%s", text.c_str());
+  }
 }
 
 void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank) {
@@ -55,25 +54,24 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
   d.tensor = local.name();
   d.call = state.profiler.calls() - 1;
   d.profile = state.profiler.profile();
-  d.predictions.clear();
-  const std::vector<std::string> ids =
-      options_.candidates.empty() ? registry_.ids() : options_.candidates;
-  for (const std::string& id : ids) {
-    if (id == "auto" || !registry_.Find(id)) continue;
-    if (!Delegate(id).supports(d.profile.sparsity).ok) continue;
-    if (auto p = Predict(id, d.profile, options_.network)) d.predictions.push_back(*p);
-  }
-  if (d.predictions.empty()) {
-    throw InvalidArgument(Where{rank, local.name()}, "auto: no candidate scheme has a cost model");
-  }
-  const auto best = std::min_element(
-      d.predictions.begin(), d.predictions.end(),
-      [](const Prediction& a, const Prediction& b) { return a.time_s < b.time_s; });
-  d.chosen = best->scheme;
   d.forced = false;
-  if ((options_.log || Env("ZEN_LOG") == "info") && rank == 0) {
-    std::fprintf(stderr, "%s", FormatDecision(d).c_str());
+  // A candidate is asked through the instance that would run (with this
+  // auto's options), unless its entry answers without one.
+  const SchemeRegistry::AskSupport ask = [this](const SchemeInfo& info,
+                                                const SparsityProfile& profile) {
+    return info.supports ? info.supports(profile) : Chosen(info.id).supports(profile);
+  };
+  Selection pick = registry_.Select(d.profile, options_.network, options_.candidates, ask);
+  d.predictions = std::move(pick.predictions);
+  d.refused = std::move(pick.refused);
+  d.chosen = std::move(pick.chosen);
+  if (d.chosen.empty()) {
+    std::string why = d.predictions.empty() ? "no candidate scheme has a cost model"
+                                            : "every candidate refused the input:";
+    for (const auto& r : d.refused) why += " " + r.scheme + " (" + r.reason + ")";
+    throw InvalidArgument(Where{rank, local.name()}, "auto: ", why);
   }
+  if (options_.log && rank == 0) Log(FormatDecision(d));
 }
 
 SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
@@ -86,10 +84,10 @@ SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     state.decision.tensor = local.name();
     state.decision.chosen = options_.force;
     state.decision.forced = true;
-    return Delegate(options_.force).Sync(comm, local);
+    return Dispatch(Chosen(options_.force), comm, local);
   }
   if (state.profiler.Observe(comm, local)) Decide(state, local, comm.rank());
-  return Delegate(state.decision.chosen).Sync(comm, local);
+  return Dispatch(Chosen(state.decision.chosen), comm, local);
 }
 
 std::string FormatDecision(const AutoDecision& d) {
@@ -104,25 +102,36 @@ std::string FormatDecision(const AutoDecision& d) {
                 "recv_mean_B", "time_us");
   os << line;
   for (const Prediction& p : d.predictions) {
+    const bool refused = std::any_of(d.refused.begin(), d.refused.end(),
+                                     [&](const auto& r) { return r.scheme == p.scheme; });
     std::snprintf(line, sizeof line, "  %-12s %14.0f %14.0f %12.2f%s\n", p.scheme.c_str(),
-                  p.recv_max, p.recv_mean, p.time_s * 1e6, p.scheme == d.chosen ? "  <" : "");
+                  p.recv_max, p.recv_mean, p.time_s * 1e6,
+                  p.scheme == d.chosen ? "  <" : (refused ? "  (not supported)" : ""));
     os << line;
+  }
+  for (const auto& r : d.refused) {
+    os << "  fallback: " << r.scheme << " does not support this input: " << r.reason << "\n";
   }
   return os.str();
 }
 
-SchemeInfo AutoSchemeInfo() {
-  return {"auto", kDescription, [](const SchemeOptions& o) {
-            AutoOptions options;
+AutoOptions AutoOptionsFromVariables(const VariableLookup& lookup, AutoOptions base) {
+  if (const auto scheme = lookup("ZEN_SCHEME"); scheme && !scheme->empty()) base.force = *scheme;
+  if (const auto log = lookup("ZEN_LOG"); log && *log == "info") base.log = true;
+  return base;
+}
+
+SchemeInfo AutoSchemeInfo(AutoOptions defaults) {
+  return {"auto", kDescription, [defaults](const SchemeOptions& o) -> std::unique_ptr<Scheme> {
+            AutoOptions options = defaults;
             options.scheme = o;
-            options.force = Env("ZEN_SCHEME");
-            return std::make_unique<AutoScheme>(BuiltinSchemes(), options);
+            return std::make_unique<AutoScheme>(BuiltinSchemes(), std::move(options));
           }};
 }
 
-SchemeRegistry AllSchemes() {
+SchemeRegistry AllSchemes(AutoOptions auto_defaults) {
   SchemeRegistry r = BuiltinSchemes();
-  r.Add(AutoSchemeInfo());
+  r.Add(AutoSchemeInfo(std::move(auto_defaults)));
   return r;
 }
 

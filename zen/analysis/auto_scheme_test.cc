@@ -1,16 +1,21 @@
 // `auto`: exact results over repeated calls, steady-state cost equal to the
-// delegate's, forcing by option and by ZEN_SCHEME, the ZEN_LOG table, and
-// AllSchemes().
+// chosen scheme's, forcing by option and by ZEN_SCHEME as an edge maps it, the
+// ZEN_LOG table, the library ignoring the environment, fallback past a scheme
+// that refuses the input, and AllSchemes().
 #include "zen/analysis/auto_scheme.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <optional>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {
@@ -48,6 +53,13 @@ TEST(AutoSchemeTest, ExactOverCallsAndSteadyStateCostsTheDelegate) {
   EXPECT_EQ(auto_bytes, delegate_bytes) << "auto chose " << chosen;
 }
 
+// The edges' view of the environment (what the CLI's main and the Python
+// module pass to AutoOptionsFromVariables).
+std::optional<std::string> Environment(std::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
+  return v ? std::optional<std::string>(v) : std::nullopt;
+}
+
 TEST(AutoSchemeTest, ForcedByOptionOrEnvironmentAndLogs) {
   const auto inputs =
       GenerateSynthetic(ParseSyntheticSpec("zipf:rows=800,width=4,density=0.05"), 2);
@@ -61,28 +73,195 @@ TEST(AutoSchemeTest, ForcedByOptionOrEnvironmentAndLogs) {
   });
   EXPECT_EQ(chosen, (std::vector<std::string>{"sparse_ps", "sparse_ps"}));
 
+  // Through the registry entry, as users create it, with options the edge
+  // mapped from ZEN_SCHEME.
   ::setenv("ZEN_SCHEME", "sparcml", 1);
-  auto forced = AllSchemes().Create("auto");
+  auto forced = AllSchemes(AutoOptionsFromVariables(Environment)).Create("auto");
   ::unsetenv("ZEN_SCHEME");
   testing::RunRanks(Backend::kInProc, 1,
                     [&](Communicator& comm) { forced->Sync(comm, inputs[0]); });
   EXPECT_EQ(static_cast<AutoScheme&>(*forced).decision(inputs[0].name())->chosen, "sparcml");
+  EXPECT_TRUE(static_cast<AutoScheme&>(*forced).decision(inputs[0].name())->forced);
 
+  AutoOptions nope;
+  nope.force = "nope";
+  EXPECT_THROW(AllSchemes(nope).Create("auto"), InvalidArgument);
   ::setenv("ZEN_SCHEME", "nope", 1);
-  EXPECT_THROW(AllSchemes().Create("auto"), InvalidArgument);
+  EXPECT_THROW(AllSchemes(AutoOptionsFromVariables(Environment)).Create("auto"), InvalidArgument);
   ::unsetenv("ZEN_SCHEME");
 
   ::testing::internal::CaptureStderr();
   ::setenv("ZEN_LOG", "info", 1);
+  const AutoOptions logging = AutoOptionsFromVariables(Environment);
+  ::unsetenv("ZEN_LOG");
+  EXPECT_TRUE(logging.log);
   testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
-    AutoScheme scheme(BuiltinSchemes(), AutoOptions{});
+    AutoScheme scheme(BuiltinSchemes(), logging);
     scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
   });
-  ::unsetenv("ZEN_LOG");
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("zen auto: tensor"), std::string::npos) << log;
   EXPECT_NE(log.find("sparcml"), std::string::npos) << log;
   EXPECT_NE(log.find("dense"), std::string::npos) << log;
+}
+
+// Configuration is explicit: with ZEN_SCHEME and ZEN_LOG set, the library's
+// own `auto` (no options mapped by an edge) still chooses and prints nothing.
+TEST(AutoSchemeTest, LibraryIgnoresTheEnvironment) {
+  const auto inputs =
+      GenerateSynthetic(ParseSyntheticSpec("zipf:rows=800,width=4,density=0.05"), 2);
+  ::setenv("ZEN_SCHEME", "nope", 1);  // would throw if read
+  ::setenv("ZEN_LOG", "info", 1);
+  std::unique_ptr<Scheme> made;
+  EXPECT_NO_THROW(made = AllSchemes().Create("auto"));
+  ::setenv("ZEN_SCHEME", "sparcml", 1);
+  std::vector<std::unique_ptr<Scheme>> schemes;
+  for (int r = 0; r < 2; ++r) schemes.push_back(AllSchemes().Create("auto"));
+  ::testing::internal::CaptureStderr();
+  testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+    schemes[static_cast<size_t>(comm.rank())]->Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+  });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("ZEN_SCHEME");
+  ::unsetenv("ZEN_LOG");
+  EXPECT_EQ(log, "");
+  const AutoDecision* d = static_cast<AutoScheme&>(*schemes[0]).decision(inputs[0].name());
+  ASSERT_NE(d, nullptr);
+  EXPECT_FALSE(d->forced);
+  EXPECT_FALSE(d->predictions.empty());  // it chose, from the cost model
+  // What the selection says for this profile, independently of auto.
+  EXPECT_EQ(d->chosen, BuiltinSchemes().Select(d->profile, Network{}).chosen);
+}
+
+TEST(AutoSchemeTest, VariablesMapOntoOptions) {
+  const std::map<std::string, std::string, std::less<>> vars{{"ZEN_SCHEME", "zen"},
+                                                             {"ZEN_LOG", "info"}};
+  const auto lookup = [&](std::string_view name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  const AutoOptions o = AutoOptionsFromVariables(lookup);
+  EXPECT_EQ(o.force, "zen");
+  EXPECT_TRUE(o.log);
+  const AutoOptions none =
+      AutoOptionsFromVariables([](std::string_view) { return std::optional<std::string>{}; });
+  EXPECT_EQ(none.force, "");
+  EXPECT_FALSE(none.log);
+  const AutoOptions debug = AutoOptionsFromVariables([](std::string_view n) {
+    return n == "ZEN_LOG" ? std::optional<std::string>("debug") : std::nullopt;
+  });
+  EXPECT_FALSE(debug.log);
+}
+
+// A scheme that models itself as the fastest but refuses every input.
+SchemeInfo Refuser(bool static_check) {
+  SchemeInfo info{"refuser", "always the cheapest, never supported",
+                  [](const SchemeOptions&) -> std::unique_ptr<Scheme> {
+                    return BuiltinSchemes().Create("agsparse");  // never run
+                  }};
+  info.cost = [](const CostInputs& in) { return NewVolumes(in); };  // metadata only
+  if (static_check) {
+    info.supports = [](const SparsityProfile& p) {
+      return Support::No("refuses " + std::to_string(p.rows) + " rows");
+    };
+  }
+  return info;
+}
+
+// A refusing scheme registered through an instance (Scheme::supports).
+class RefusingScheme final : public Scheme {
+ public:
+  std::string_view name() const override { return "refuser"; }
+  std::string_view description() const override { return "refuses"; }
+  Support supports(const SparsityProfile&) const override { return Support::No("instance says no"); }
+
+ protected:
+  SparseTensor DoSync(Communicator&, const SparseTensor&) override {
+    ADD_FAILURE() << "a refusing scheme ran";
+    return SparseTensor();
+  }
+};
+
+TEST(AutoSchemeTest, RefusingSchemeIsSkippedWithFallback) {
+  const auto inputs = GenerateSynthetic(
+      ParseSyntheticSpec("zipf:rows=5000,width=8,density=0.02,skew=1.1,seed=5"), 3);
+  const WorkloadProfile profile = ProfileInputs(inputs);
+  for (const bool static_check : {true, false}) {
+    SCOPED_TRACE(static_check ? "SchemeInfo::supports" : "Scheme::supports");
+    SchemeRegistry reg = BuiltinSchemes();
+    SchemeInfo refuser = Refuser(static_check);
+    if (!static_check) {
+      refuser.factory = [](const SchemeOptions&) -> std::unique_ptr<Scheme> {
+        return std::make_unique<RefusingScheme>();
+      };
+    }
+    reg.Add(refuser);
+    // The refuser is predicted fastest (metadata only) ...
+    const std::vector<Prediction> all = reg.PredictAll(profile, Network{});
+    const auto fastest = std::min_element(
+        all.begin(), all.end(),
+        [](const Prediction& a, const Prediction& b) { return a.time_s < b.time_s; });
+    ASSERT_EQ(fastest->scheme, "refuser");
+    // ... and the selection falls back to what the builtins alone choose.
+    const std::string expected = BuiltinSchemes().Select(profile, Network{}).chosen;
+    ASSERT_FALSE(expected.empty());
+    const Selection pick = reg.Select(profile, Network{});
+    EXPECT_EQ(pick.chosen, expected);
+    ASSERT_EQ(pick.refused.size(), 1u);
+    EXPECT_EQ(pick.refused[0].scheme, "refuser");
+    EXPECT_EQ(pick.refused[0].reason,
+              static_check ? "refuses 5000 rows" : "instance says no");
+
+    // auto over that registry: exact, falls back, and logs the reason.
+    const DenseReference reference(inputs);
+    std::mutex mu;
+    std::vector<std::string> chosen(3);
+    std::string log;
+    testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
+      AutoOptions options;
+      options.log = true;
+      options.log_sink = [&](const std::string& line) {
+        std::lock_guard lock(mu);
+        log += line;
+      };
+      AutoScheme scheme(reg, options);
+      const size_t r = static_cast<size_t>(comm.rank());
+      const Agreement a = reference.Compare(scheme.Sync(comm, inputs[r]));
+      const AutoDecision* d = scheme.decision(inputs[r].name());
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, 1e-5);
+      EXPECT_EQ(a.rows_mismatch, 0);
+      chosen[r] = d->chosen;
+      // The builtins' own choice for the profile auto measured.
+      EXPECT_EQ(d->chosen, BuiltinSchemes().Select(d->profile, Network{}).chosen);
+      ASSERT_EQ(d->refused.size(), 1u);
+      EXPECT_EQ(d->refused[0].scheme, "refuser");
+    });
+    EXPECT_EQ(chosen, std::vector<std::string>(3, chosen[0]));
+    EXPECT_NE(chosen[0], "refuser");
+    EXPECT_NE(log.find("fallback: refuser does not support this input: " +
+                       std::string(static_check ? "refuses 5000 rows" : "instance says no")),
+              std::string::npos)
+        << log;
+  }
+}
+
+TEST(AutoSchemeTest, EveryCandidateRefusingIsAnErrorNamingTheReasons) {
+  SchemeRegistry reg;
+  reg.Add(Refuser(true));
+  const auto inputs = GenerateSynthetic(ParseSyntheticSpec("zipf:rows=300,width=2,density=0.1"), 2);
+  std::vector<std::string> errors(2);
+  testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+    AutoScheme scheme(reg, AutoOptions{});
+    try {
+      scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+    } catch (const InvalidArgument& e) {
+      errors[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("refuser (refuses 300 rows)"), std::string::npos) << e;
+  }
 }
 
 TEST(AutoSchemeTest, AllSchemesHoldsBuiltinsAndAuto) {

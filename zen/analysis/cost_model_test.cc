@@ -14,10 +14,11 @@
 
 #include "zen/analysis/auto_scheme.h"
 #include "zen/analysis/profiler.h"
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/registry.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {

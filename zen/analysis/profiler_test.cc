@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {

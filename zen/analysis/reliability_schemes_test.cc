@@ -18,9 +18,10 @@
 
 #include "zen/analysis/auto_scheme.h"
 #include "zen/comm/collectives.h"
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 
 namespace zen {

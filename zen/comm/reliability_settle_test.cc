@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 
 namespace zen {

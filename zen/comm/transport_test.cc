@@ -9,7 +9,7 @@
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/communicator.h"
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 
 namespace zen {

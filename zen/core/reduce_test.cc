@@ -6,6 +6,7 @@
 #include <random>
 
 #include "zen/core/error.h"
+#include "zen/testing/reference.h"
 
 namespace zen {
 namespace {

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 
 namespace zen {
 namespace {

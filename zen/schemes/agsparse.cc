@@ -47,3 +47,22 @@ SchemeInfo AgSparseInfo() {
 }
 
 }  // namespace zen
+
+// ---- Cost (registry.h): bytes per rank and rounds of one agsparse call ----
+namespace zen {
+
+// AllGatherV of each rank's COO stream (one round; the sizes travel in the
+// transport's frames, which the counters do not include).
+CostVolumes AgSparseCost(const CostInputs& in) {
+  CostVolumes v = NewVolumes(in);
+  if (in.n == 1) return v;
+  const double bytes = (in.n - 1) * in.nnz * in.row;
+  for (int r = 0; r < in.n; ++r) {
+    v.recv[static_cast<size_t>(r)] += bytes;
+    v.sent[static_cast<size_t>(r)] += bytes;
+  }
+  v.rounds += 1;
+  return v;
+}
+
+}  // namespace zen

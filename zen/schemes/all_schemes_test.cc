@@ -7,9 +7,10 @@
 #include <mutex>
 #include <tuple>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/registry.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {

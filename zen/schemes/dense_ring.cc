@@ -122,3 +122,35 @@ SchemeInfo DenseRingInfo() {
 }
 
 }  // namespace zen
+
+// ---- Cost (registry.h): bytes per rank and rounds of one dense call ----
+#include <algorithm>
+
+namespace zen {
+
+// Ring reduce-scatter + ring allgather of the values, then the same of the
+// presence bitmap (uint64 words). Rank r receives every chunk but its own in
+// each phase: reduce-scatter misses chunk r, allgather chunk r + 1.
+CostVolumes DenseRingCost(const CostInputs& in) {
+  CostVolumes v = NewVolumes(in);
+  if (in.n == 1) return v;
+  const int64_t values = in.rows * in.width;
+  const int64_t words = (in.rows + 63) / 64;
+  const double total = static_cast<double>(values) * 4 + static_cast<double>(words) * 8;
+  double biggest = 0;
+  for (int r = 0; r < in.n; ++r) {
+    const auto chunk = [&](int c) {
+      return static_cast<double>(BalancedChunk(values, in.n, c).size()) * 4 +
+             static_cast<double>(BalancedChunk(words, in.n, c).size()) * 8;
+    };
+    const double bytes = 2 * total - chunk(r) - chunk((r + 1) % in.n);
+    v.recv[static_cast<size_t>(r)] += bytes;
+    v.sent[static_cast<size_t>(r)] += bytes;
+    biggest = std::max(biggest, chunk(r));
+  }
+  v.rounds += 4 * (in.n - 1);
+  v.stage_max.assign(static_cast<size_t>(2 * (in.n - 1)), biggest);
+  return v;
+}
+
+}  // namespace zen

@@ -276,3 +276,41 @@ SchemeInfo OmniReduceInfo() {
 }
 
 }  // namespace zen
+
+// ---- Cost (registry.h): bytes per rank and rounds of one omnireduce call ----
+#include <algorithm>
+#include <cmath>
+
+namespace zen {
+
+// Non-zero blocks pushed to their range owners as records (index + mask +
+// values), the owners' summed blocks pulled. Block-level inputs the profile
+// did not measure assume random placement: a block of g rows is non-zero
+// with probability 1 - (1 - d)^g; a row wider than a block fills its blocks.
+CostVolumes OmniReduceCost(const CostInputs& in) {
+  const WorkloadProfile& p = *in.profile;
+  const int64_t nb = OmniBlockCount(in.rows, in.width, p.block_values);
+  const double blocks = static_cast<double>(nb);
+  // Masks repeat with the row/block alignment, so a prefix of blocks gives
+  // the mean record size.
+  const int64_t probe = std::min<int64_t>(nb, 4096);
+  double sum = 0;
+  for (int64_t b = 0; b < probe; ++b)
+    sum += static_cast<double>(OmniBlockRecordBytes(b, in.rows, in.width, p.block_values));
+  const double record = sum / static_cast<double>(probe);
+  const double g = static_cast<double>(p.block_values) / static_cast<double>(in.width);
+  const auto fill = [&](double d) { return g >= 1 ? 1 - std::pow(1 - d, g) : d; };
+  const double density = p.sparsity.density;
+  const double db = (p.block_density >= 0 ? p.block_density : fill(density)) * blocks;
+  const double union_d = in.Union(in.n) / static_cast<double>(in.rows);
+  const double ub =
+      p.block_gamma_n >= 0 ? std::min(blocks, p.block_gamma_n * db) : fill(union_d) * blocks;
+  const size_t n = static_cast<size_t>(in.n);
+  const std::vector<double> share =
+      p.block_share.size() == n ? p.block_share : SharesFromSkew(p.sparsity.skewness, nb, in.n);
+  const std::vector<double> union_share =
+      p.union_block_share.size() == n ? p.union_block_share : share;
+  return OwnerPushPullCost(in, db, ub, record, share, union_share);
+}
+
+}  // namespace zen

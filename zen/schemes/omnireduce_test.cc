@@ -5,9 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {

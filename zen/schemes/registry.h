@@ -1,34 +1,69 @@
-// zen/schemes/registry.h — the list of schemes that drives the CLI, the
-// tests and the docs.
+// zen/schemes/registry.h — the algorithm table: every scheme with what it
+// knows about itself, driving the CLI, the tests, the docs and `auto`.
 //
-// Each entry: id (what users type), a one-line description, and a factory.
-// Whether a scheme can serve a given input is asked of the scheme itself
-// (Scheme::supports), so the selector can fall back.
+// Each entry (UCC's algorithm-table style): id (what users type), a
+// one-line description, a factory, a cost function (bytes per rank and
+// rounds from a workload profile; cost.h) and, optionally, a supports()
+// check that needs no instance. The cost functions live at the end of each
+// scheme's own .cc file; the registry forms predictions from them and
+// selects the scheme with the lowest predicted time (SchemeRegistry::Select),
+// falling back to the next one when a scheme says "not supported". Nothing
+// here, and nothing in the cost model, switches on scheme names.
 //
 // Usage:
 //   zen::SchemeRegistry reg = zen::BuiltinSchemes();
 //   for (const zen::SchemeInfo& s : reg.schemes()) std::cout << s.id << "\n";
 //   auto zen_scheme = reg.Create("zen", options);   // InvalidArgument if unknown
+//   std::optional<zen::Prediction> p = reg.Predict("zen", profile, network);
+//   zen::Selection pick = reg.Select(profile, network);   // pick.chosen, pick.refused
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "zen/schemes/cost.h"
 #include "zen/schemes/scheme.h"
 
 namespace zen {
 
+using SchemeFactory = std::function<std::unique_ptr<Scheme>(const SchemeOptions&)>;
+// Per-rank bytes and rounds of one call on a workload (cost.h).
+using SchemeCost = std::function<CostVolumes(const CostInputs&)>;
+// Whether the scheme can serve an input, asked without building it.
+using SchemeSupports = std::function<Support(const SparsityProfile&)>;
+
 struct SchemeInfo {
   std::string id;
   std::string description;
-  std::function<std::unique_ptr<Scheme>(const SchemeOptions&)> factory;
+  SchemeFactory factory;
+  // Empty: the scheme is not modeled (listed and runnable, never selected).
+  SchemeCost cost = {};
+  // Empty: a built instance is asked (Scheme::supports).
+  SchemeSupports supports = {};
+};
+
+// The outcome of SchemeRegistry::Select.
+struct Selection {
+  struct Refusal {
+    std::string scheme;
+    std::string reason;  // the scheme's own words (Support::reason)
+  };
+  std::string chosen;                   // empty when no candidate is modeled and supported
+  std::vector<Prediction> predictions;  // every modeled candidate, in registry order
+  std::vector<Refusal> refused;         // faster candidates that said "not supported", fastest first
 };
 
 class SchemeRegistry {
  public:
-  void Add(SchemeInfo info);  // InvalidArgument on a duplicate id
+  // How Select asks a candidate whether it supports the input; empty = Supports().
+  using AskSupport = std::function<Support(const SchemeInfo&, const SparsityProfile&)>;
+
+  void Add(SchemeInfo info);  // InvalidArgument on a duplicate id or a missing factory
   const std::vector<SchemeInfo>& schemes() const& { return schemes_; }
   // On a temporary registry (`for (auto& s : AllSchemes().schemes())`) the
   // list is moved out, so the loop never reads a destroyed registry.
@@ -36,14 +71,47 @@ class SchemeRegistry {
   const SchemeInfo* Find(std::string_view id) const;
   std::unique_ptr<Scheme> Create(std::string_view id, const SchemeOptions& options = {}) const;
   std::vector<std::string> ids() const;
+  // The ids with a cost function, in registry order.
+  std::vector<std::string> modeled() const;
+
+  // The entry's own answer: info.supports, else a built instance's.
+  static Support Supports(const SchemeInfo& info, const SparsityProfile& profile,
+                          const SchemeOptions& options = {});
+
+  // Prediction for one scheme; nullopt for an unknown or unmodeled id.
+  // InvalidArgument when the profile is inconsistent (see DeriveCostInputs).
+  std::optional<Prediction> Predict(std::string_view id, const WorkloadProfile& profile,
+                                    const Network& network) const;
+  // Predictions of every modeled scheme, in registry order.
+  std::vector<Prediction> PredictAll(const WorkloadProfile& profile, const Network& network) const;
+
+  // The candidate with the lowest predicted time that supports the profile:
+  // candidates are tried fastest first; one that says "not supported" is
+  // recorded in `refused` with its reason and the next one is tried.
+  // `candidates` empty = every modeled scheme; unknown or unmodeled ids are
+  // skipped. Deterministic: every rank holding the same profile chooses the
+  // same scheme (ties go to the earlier registry entry).
+  Selection Select(const WorkloadProfile& profile, const Network& network,
+                   std::span<const std::string> candidates = {},
+                   const AskSupport& ask = {}) const;
 
  private:
   std::vector<SchemeInfo> schemes_;
 };
 
-// The schemes of this layer (dense, agsparse, zen, sparcml, omnireduce,
-// sparse_ps). `auto` lives in the analysis layer (it needs the cost model):
-// see zen/analysis/auto_scheme.h, AllSchemes().
+// The schemes of this layer (dense, agsparse, sparcml, omnireduce,
+// sparse_ps, zen), each with its cost function. `auto` lives in the
+// analysis layer (it needs the profiler): see zen/analysis/auto_scheme.h,
+// AllSchemes().
 SchemeRegistry BuiltinSchemes();
+
+// Each builtin scheme's cost function, defined in a block at the end of the
+// scheme's own .cc file (BuiltinSchemes attaches it to the entry).
+CostVolumes DenseRingCost(const CostInputs& in);
+CostVolumes AgSparseCost(const CostInputs& in);
+CostVolumes SparcmlCost(const CostInputs& in);
+CostVolumes OmniReduceCost(const CostInputs& in);
+CostVolumes SparsePsCost(const CostInputs& in);
+CostVolumes ZenCost(const CostInputs& in);
 
 }  // namespace zen

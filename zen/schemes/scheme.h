@@ -88,8 +88,8 @@ class Scheme {
   [[noreturn]] void Reject(Communicator& comm, int64_t rows, int64_t width,
                            std::string_view tensor, const std::string& error);
 
-  // The metadata exchange before data moves (on by default). A scheme that
-  // delegates to another (auto) turns it off on the delegate.
+  // The metadata exchange before data moves (on by default); off when the
+  // caller has already agreed on the call by other means.
   void set_check_agreement(bool on) { check_agreement_ = on; }
   bool check_agreement() const { return check_agreement_; }
 
@@ -100,6 +100,12 @@ class Scheme {
   // calls DoSync and scatters the result back.
   virtual void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
                            int64_t width, std::string_view tensor);
+  // For a scheme that dispatches to another (auto): runs `target`'s
+  // algorithm on input this scheme's Sync already validated and agreed on,
+  // without re-entering Sync (no second validation or metadata exchange).
+  static SparseTensor Dispatch(Scheme& target, Communicator& comm, const SparseTensor& local) {
+    return target.DoSync(comm, local);
+  }
 
  private:
   bool check_agreement_ = true;

@@ -279,3 +279,57 @@ SchemeInfo SparcmlInfo() {
 }
 
 }  // namespace zen
+
+// ---- Cost (registry.h): bytes per rank and rounds of one sparcml call ----
+#include <algorithm>
+#include <cmath>
+
+namespace zen {
+
+// Every stage a rank receives an 8-byte header plus the stream of its
+// partner's group, whose size is the union of the group's ranks. The payload
+// follows its header without waiting for the receiver, so a stage costs one
+// latency.
+CostVolumes SparcmlCost(const CostInputs& in) {
+  CostVolumes v = NewVolumes(in);
+  if (in.n == 1) return v;
+  const auto stream = [&](int k) {
+    return 8 +
+           static_cast<double>(SparcmlStreamBytes(std::llround(in.Union(k)), in.rows, in.width));
+  };
+  std::vector<RecursiveDoublingPlan> plans;
+  for (int r = 0; r < in.n; ++r) plans.push_back(RecursiveDoubling(r, in.n));
+  const int p = plans[0].pow2;
+  std::vector<int> group(static_cast<size_t>(in.n), 1);
+  const auto add = [&](int to, int from, double bytes) {
+    v.recv[static_cast<size_t>(to)] += bytes;
+    v.sent[static_cast<size_t>(from)] += bytes;
+  };
+  if (p != in.n) {  // fold the extra ranks in
+    for (int e = p; e < in.n; ++e) add(e - p, e, stream(1));
+    for (int e = p; e < in.n; ++e) group[static_cast<size_t>(e - p)] = 2;
+    v.stage_max.push_back(stream(1));
+    v.rounds += 1;
+  }
+  for (size_t k = 0; k < plans[0].partners.size(); ++k) {
+    std::vector<int> next = group;
+    double biggest = 0;
+    for (int r = 0; r < p; ++r) {
+      const int q = plans[static_cast<size_t>(r)].partners[k];
+      add(r, q, stream(group[static_cast<size_t>(q)]));
+      biggest = std::max(biggest, stream(group[static_cast<size_t>(q)]));
+      next[static_cast<size_t>(r)] = group[static_cast<size_t>(r)] + group[static_cast<size_t>(q)];
+    }
+    group = next;
+    v.stage_max.push_back(biggest);
+    v.rounds += 1;
+  }
+  if (p != in.n) {  // send the result back
+    for (int e = p; e < in.n; ++e) add(e, e - p, stream(in.n));
+    v.stage_max.push_back(stream(in.n));
+    v.rounds += 1;
+  }
+  return v;
+}
+
+}  // namespace zen

@@ -8,8 +8,9 @@
 
 #include <mutex>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {

@@ -109,3 +109,14 @@ SchemeInfo SparsePsInfo() {
 }
 
 }  // namespace zen
+
+// ---- Cost (registry.h): bytes per rank and rounds of one sparse_ps call ----
+namespace zen {
+
+// COO rows pushed to their range owners, the owners' summed ranges pulled.
+CostVolumes SparsePsCost(const CostInputs& in) {
+  return OwnerPushPullCost(in, in.nnz, in.Union(in.n), in.row, in.row_share,
+                           in.union_row_share);
+}
+
+}  // namespace zen

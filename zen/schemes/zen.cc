@@ -268,3 +268,31 @@ SchemeInfo ZenInfo() {
 }
 
 }  // namespace zen
+
+// ---- Cost (registry.h): bytes per rank and rounds of one zen call ----
+#include <algorithm>
+#include <cmath>
+
+namespace zen {
+
+// Push COO of the rows h0 maps to each server (balanced: nnz / n per
+// server), pull each server's summed share U / n as values plus either a
+// hash bitmap over its domain (|D_s| ~ rows / n bits, in uint64 words) or
+// COO ids, whichever is smaller. One AllToAllV and one AllGatherV.
+CostVolumes ZenCost(const CostInputs& in) {
+  CostVolumes v = NewVolumes(in);
+  if (in.n == 1) return v;
+  const double share = in.Union(in.n) / in.n;
+  const double domain = static_cast<double>(in.rows) / in.n;
+  const double ids = std::min(std::ceil(domain / 64) * 8, share * 8);
+  const double push = (in.n - 1) * in.nnz / in.n * in.row;
+  const double pull = (in.n - 1) * (ids + share * in.vals);
+  for (int r = 0; r < in.n; ++r) {
+    v.recv[static_cast<size_t>(r)] += push + pull;
+    v.sent[static_cast<size_t>(r)] += push + pull;
+  }
+  v.rounds += 2;
+  return v;
+}
+
+}  // namespace zen

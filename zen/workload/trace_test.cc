@@ -1,3 +1,4 @@
+#include "zen/testing/reference.h"
 #include "zen/workload/trace.h"
 
 #include <gmock/gmock.h>

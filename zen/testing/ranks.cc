@@ -1,4 +1,4 @@
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
 
 #include <gloo/rendezvous/hash_store.h>
 

@@ -1,4 +1,5 @@
-// zen/comm/testing.h — run N ranks as threads for tests.
+// zen/testing/ranks.h — run N ranks as threads for tests (zen_testing: not
+// installed with zen::zen).
 //
 // Backends:
 //   kInProc   in-process mailboxes (algorithm logic only; no network)
