@@ -6,7 +6,7 @@
 //
 //   zen_fault_worker --rank R --world N --store DIR --scheme zen
 //                    [--rows 100000 --width 32 --calls 3 --timeout-ms 3000]
-//                    [--kill-at push|pull] [--prefix P]
+//                    [--kill-at push|pull] [--prefix P] [--hostname ADDR] [--job ID]
 // Exit: 0 all calls done; 3 TransportError; 4 another zen error; 2 usage.
 // The last line on stderr is "<kind> after <ms> ms: <message>".
 #include <signal.h>
@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
     options.rendezvous = "file:" + flags.at("store");
     options.prefix = flags.count("prefix") ? flags.at("prefix") : "fault";
     options.timeout = std::chrono::milliseconds(Int(flags, "timeout-ms", 3000));
+    if (flags.count("hostname")) options.hostname = flags.at("hostname");
+    if (flags.count("job")) options.job = flags.at("job");
     std::unique_ptr<zen::Communicator> comm = zen::ConnectGloo(rank, world, options);
     const std::string kill_at = flags.count("kill-at") ? flags.at("kill-at") : "";
     if (!kill_at.empty()) {

@@ -17,13 +17,11 @@ namespace {
 
 GlooOptions Options(int rank, const std::string& prefix, const std::string& hostname,
                     double timeout_s) {
-  if (!(timeout_s > 0)) {
-    throw InvalidArgument(Where{rank}, "connect: timeout ", timeout_s, " s is not positive");
-  }
   GlooOptions options;
   options.prefix = prefix;
   options.hostname = hostname;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  // NaN, <= 0 and > 30 days (1e30 s) are InvalidArguments naming the value.
+  options.timeout = TimeoutFromSeconds(timeout_s, rank);
   return options;
 }
 
