@@ -559,6 +559,10 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions&
     case RendezvousUrl::Kind::kFile:
     case RendezvousUrl::Kind::kRedis:
       return ConnectThrough(rank, size, OpenStore(url.base, options.timeout), options, job, start);
+    case RendezvousUrl::Kind::kTcp:
+      return ConnectThrough(rank, size,
+                            OpenTcpStore(url.host, url.port, rank == 0, options.timeout, rank),
+                            options, job, start);
     default:
       throw InvalidArgument(Where{rank}, "ConnectGloo: rendezvous '", options.rendezvous,
                             "' must be resolved first: call RendezvousFromEnv with the "

@@ -492,3 +492,66 @@ TEST(GlooCommunicatorTest, ElasticGenerationsOnOneStoreDoNotCollide) {
 
 }  // namespace
 }  // namespace zen
+
+namespace zen {
+namespace {
+
+// Issue 17: tcp:// (what env:// becomes under torchrun): rank 0 hosts zen's
+// TCP store; ranks started before it retry until it is up; a second run on
+// another port works the same.
+TEST(GlooCommunicatorTest, TcpStoreHostedByRankZero) {
+  for (int port : {29817, 29818}) {
+    GlooOptions opt;
+    opt.rendezvous = "tcp://127.0.0.1:" + std::to_string(port) + "?job=t";
+    opt.timeout = Millis(10000);
+    const auto errors = ConnectAndGather(4, [&](int r) {
+      if (r == 0) std::this_thread::sleep_for(Millis(300));  // others start first
+      return ConnectGloo(r, 4, opt);
+    });
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " port " << port;
+  }
+}
+
+TEST(GlooCommunicatorTest, TcpStoreWithoutRankZeroTimesOut) {
+  GlooOptions opt;
+  opt.rendezvous = "tcp://127.0.0.1:29819";
+  opt.timeout = Millis(500);
+  const auto start = Clock::now();
+  try {
+    ConnectGloo(1, 2, opt);
+    FAIL() << "connected";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("TCP store at 127.0.0.1:29819"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::duration_cast<Millis>(Clock::now() - start).count(), 500 + 500);
+}
+
+// Hostile bytes on the store port: the server drops the connection and the
+// job still connects.
+TEST(GlooCommunicatorTest, TcpStoreSurvivesGarbage) {
+  GlooOptions opt;
+  opt.rendezvous = "tcp://127.0.0.1:29820";
+  opt.timeout = Millis(10000);
+  std::thread junk([] {
+    std::this_thread::sleep_for(Millis(100));
+    for (int i = 0; i < 3; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(29820);
+      a.sin_addr.s_addr = htonl(0x7f000001);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+        const char bad[] = "\x02\xff\xff\xff\xffGET / HTTP/1.0\r\n\r\n";
+        (void)!::send(fd, bad, sizeof(bad), MSG_NOSIGNAL);
+      }
+      ::close(fd);
+    }
+  });
+  const auto errors = ConnectAndGather(2, [&](int r) { return ConnectGloo(r, 2, opt); });
+  junk.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+}  // namespace
+}  // namespace zen

@@ -197,3 +197,22 @@ struct LaunchInfo {
 std::optional<LaunchInfo> RendezvousFromEnv(const std::map<std::string, std::string>& env);
 
 }  // namespace zen
+
+namespace zen {
+
+// ---- zen's TCP store (tcp://HOST:PORT; env:// under torchrun) ----
+//
+// Rank 0 hosts it (host_it = true): a thread serving set-if-absent, get and
+// has on HOST:PORT (bound to that address only) for as long as the returned
+// store lives, which ConnectGloo keeps until the mesh is up. The other ranks
+// connect to it, retrying until `timeout` (rank 0 may start later). Limits:
+// keys of at most 4 KiB, values of at most 16 MiB, 256 MiB and 4096
+// connections in all; a client that breaks them is disconnected. The
+// protocol is zen's own (not torch's TCPStore protocol) and, like the rest
+// of the transport, unauthenticated.
+std::shared_ptr<gloo::rendezvous::Store> OpenTcpStore(const std::string& host, int port,
+                                                      bool host_it,
+                                                      std::chrono::milliseconds timeout,
+                                                      int rank = -1);
+
+}  // namespace zen
