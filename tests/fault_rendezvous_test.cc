@@ -239,6 +239,25 @@ TEST(FaultRendezvousTest, RerunInTheSameDirectoryAndPrivateFiles) {
   EXPECT_GE(files, 8);
 }
 
+// Issue 17: tcp:// (what env:// becomes under torchrun) with real
+// processes: rank 0 starts last and hosts the store; the others retry
+// until it is up. A second run on the same port works too.
+TEST(FaultRendezvousTest, TcpStoreHostedByRankZeroAcrossProcesses) {
+  TempDir dir("tcp");
+  for (int run = 0; run < 2; ++run) {
+    std::vector<Worker> ws;
+    for (int r = 2; r >= 0; --r) {
+      ws.push_back(StartWorker(Args(r, 3, "tcp://127.0.0.1:29851?job=p", 10000),
+                               dir.path() + "/" + std::to_string(r) + ".log"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (const Worker& w : ws) {
+      const auto [code, seconds] = Join(w, std::chrono::seconds(60));
+      EXPECT_EQ(code, 0) << "run " << run << ": " << Slurp(w.log);
+    }
+  }
+}
+
 // Known issue: a missing rank was reported only after the timeout rounded up
 // to whole seconds plus one (3 s at 2 s, 2x at 1 s: Gloo's FileStore
 // compares whole seconds); now within a few hundred ms of the timeout.

@@ -500,6 +500,14 @@ std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
   }
   if (size > 1) {
     const RunRendezvous run = JoinRun(*store, options.prefix, job, mine, deadline, timeout);
+    for (int i = 0; i < size; ++i) {
+      if (run.peers[static_cast<size_t>(i)].address_bytes != mine.address_bytes) {
+        throw FormatError(Where{rank}, "rendezvous: rank ", i, " published addresses of ",
+                          run.peers[static_cast<size_t>(i)].address_bytes,
+                          " bytes, this rank's have ", mine.address_bytes,
+                          " (another transport or zen version?)");
+      }
+    }
     // Connect every pair; a peer that published and then died or stopped
     // (or a stranger holding our port) cannot hold us past the deadline.
     ConnectWatchdog watchdog(*tc, rank, size, deadline);
