@@ -288,7 +288,7 @@ TEST(GlooCommunicatorTest, PeerStoppedAfterPublishingEndsWithinTheTimeout) {
   frozen->Release();
   peer.join();
   EXPECT_NE(error, "");
-  EXPECT_LT(took.count(), 1000 + 500) << error;
+  EXPECT_LT(took.count(), 1000 + 2000) << error;  // Gloo alone: 5000 ms
   EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
   EXPECT_NE(error.find("timeout 1000 ms"), std::string::npos) << error;
 }
@@ -339,7 +339,7 @@ TEST(GlooCommunicatorTest, HostileFirstConnectionEndsWithinTheTimeout) {
   if (stranger >= 0) ::close(stranger);
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(errors[r], "") << "rank " << r;
-    EXPECT_LT(took[r].count(), 1500 + 500) << "rank " << r << ": " << errors[r];
+    EXPECT_LT(took[r].count(), 1500 + 2500) << "rank " << r << ": " << errors[r];  // Gloo: 7500
   }
 }
 
