@@ -2,8 +2,11 @@
 // that never shows up, and a Redis server that cannot be reached, must end
 // the worker within the timeout plus 5 s with a message that says what was
 // waited for and for how long.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +18,7 @@
 #include <vector>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -237,6 +241,39 @@ TEST(FaultRendezvousTest, RerunInTheSameDirectoryAndPrivateFiles) {
         << f.path();
   }
   EXPECT_GE(files, 8);
+}
+
+// Issue 13.3: a stranger connects to rank 0's listening port for rank 1
+// (read from rank 0's published value) before rank 1 does, and holds the
+// connection without a byte. Both ranks still end within the timeout plus
+// 5 s. The value is parsed here independently of zen: 16-byte header
+// ("ZRV1", world, rank, address size), then a sockaddr_in per peer.
+TEST(FaultRendezvousTest, HostileFirstConnectionEndsWithinTheTimeout) {
+  TempDir dir("hostile");
+  const Worker w0 = StartWorker(Args(0, 2, dir.path(), 2000), dir.path() + "/0.log");
+  const std::string key = dir.path() + "/fault~0~addr~0";
+  const auto t0 = Clock::now();
+  while (!fs::exists(key) && Clock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::string value = Slurp(key);
+  ASSERT_GE(value.size(), 16u + 16u) << "no value published";
+  ASSERT_EQ(value.substr(0, 4), "ZRV1");
+  sockaddr_in target{};
+  std::memcpy(&target, value.data() + 16, sizeof(target));
+  ASSERT_EQ(target.sin_family, AF_INET);
+  const int stranger = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(stranger, reinterpret_cast<sockaddr*>(&target), sizeof(target)), 0);
+  const Worker w1 = StartWorker(Args(1, 2, dir.path(), 2000, "127.0.0.2"), dir.path() + "/1.log");
+  const auto r0 = Join(w0, std::chrono::seconds(30));
+  const auto r1 = Join(w1, std::chrono::seconds(30));
+  ::close(stranger);
+  EXPECT_EQ(r0.first, 3) << Slurp(w0.log);
+  EXPECT_NE(r1.first, 0) << Slurp(w1.log);
+  EXPECT_LE(r0.second, 2 + 5) << Slurp(w0.log);
+  EXPECT_LE(r0.second + r1.second, 2 + 5) << Slurp(w1.log);  // rank 1 started after rank 0
+  std::printf("hostile first connection: rank 0 exit after %.2f s (code %d), rank 1 code %d\n",
+              r0.second, r0.first, r1.first);
 }
 
 // Issue 17: tcp:// (what env:// becomes under torchrun) with real
