@@ -13,7 +13,7 @@ ZEN_PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest
   python3-torch python3-sentencepiece python3-matplotlib dict-gcide
-  iproute2 clang libclang-rt-14-dev
+  iproute2 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin
 )
 
 say() { printf '\n==> %s\n' "$*"; }

@@ -4,9 +4,9 @@
 // ended. The victim rank (--kill-at) SIGKILLs itself at a chosen phase of the
 // first call: a test-only hook that lives in this binary, not the library.
 //
-//   zen_fault_worker --rank R --world N --store DIR --scheme zen
+//   zen_fault_worker --rank R --world N --store DIR|URL --scheme zen
 //                    [--rows 100000 --width 32 --calls 3 --timeout-ms 3000]
-//                    [--kill-at push|pull] [--prefix P]
+//                    [--kill-at push|pull] [--prefix P] [--hostname ADDR] [--job ID]
 // Exit: 0 all calls done; 3 TransportError; 4 another zen error; 2 usage.
 // The last line on stderr is "<kind> after <ms> ms: <message>".
 #include <signal.h>
@@ -104,9 +104,13 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   try {
     zen::GlooOptions options;
-    options.rendezvous = "file:" + flags.at("store");
+    // --store DIR, or a URL (tcp://HOST:PORT, redis://..., file:DIR?job=...).
+    const std::string& store = flags.at("store");
+    options.rendezvous = store.find(':') != std::string::npos ? store : "file:" + store;
     options.prefix = flags.count("prefix") ? flags.at("prefix") : "fault";
     options.timeout = std::chrono::milliseconds(Int(flags, "timeout-ms", 3000));
+    if (flags.count("hostname")) options.hostname = flags.at("hostname");
+    if (flags.count("job")) options.job = flags.at("job");
     std::unique_ptr<zen::Communicator> comm = zen::ConnectGloo(rank, world, options);
     const std::string kill_at = flags.count("kill-at") ? flags.at("kill-at") : "";
     if (!kill_at.empty()) {

@@ -1,7 +1,9 @@
 // zen.Communicator and the two ways to connect one: through a Python store
 // object (torch.distributed's store; the usual way) or a rendezvous URL
-// ("file:DIR", "redis://HOST:PORT"). The GIL is released while connecting.
+// ("file:DIR", "redis://HOST:PORT", "tcp://HOST:PORT", "env://"). The GIL is
+// released while connecting.
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -17,13 +19,11 @@ namespace {
 
 GlooOptions Options(int rank, const std::string& prefix, const std::string& hostname,
                     double timeout_s) {
-  if (!(timeout_s > 0)) {
-    throw InvalidArgument(Where{rank}, "connect: timeout ", timeout_s, " s is not positive");
-  }
   GlooOptions options;
   options.prefix = prefix;
   options.hostname = hostname;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  // NaN, <= 0 and > 30 days (1e30 s) are InvalidArguments naming the value.
+  options.timeout = TimeoutFromSeconds(timeout_s, rank);
   return options;
 }
 
@@ -36,11 +36,45 @@ std::unique_ptr<Communicator> ConnectStore(py::object store, int rank, int size,
   return ConnectGloo(rank, size, std::move(adapter), options);
 }
 
+// env:// and mpi:// are resolved here, at the edge, from os.environ; rank
+// and size then come from the launcher (when also given they must agree).
 std::unique_ptr<Communicator> ConnectUrl(const std::string& url, int rank, int size,
                                          const std::string& prefix, const std::string& hostname,
-                                         double timeout_s) {
+                                         double timeout_s, const std::string& job) {
+  const RendezvousUrl parsed = ParseRendezvousUrl(url);
+  std::string target = url;
+  std::string launch_job;
+  if (parsed.kind == RendezvousUrl::Kind::kEnv || parsed.kind == RendezvousUrl::Kind::kMpi) {
+    std::map<std::string, std::string> env;
+    for (auto item : py::module_::import("os").attr("environ").attr("items")()) {
+      auto kv = item.cast<py::tuple>();
+      env[kv[0].cast<std::string>()] = kv[1].cast<std::string>();
+    }
+    const auto launch = RendezvousFromEnv(env);
+    if (!launch) {
+      throw InvalidArgument(Where{rank}, "connect_url('", url,
+                            "'): no launcher variables (torchrun: RANK, WORLD_SIZE, MASTER_ADDR, "
+                            "MASTER_PORT; mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE)");
+    }
+    if ((rank >= 0 && rank != launch->rank) || (size >= 0 && size != launch->size)) {
+      throw MismatchError(Where{rank}, "connect_url: rank ", rank, " / size ", size,
+                          " differ from the launcher's rank ", launch->rank, " / size ",
+                          launch->size);
+    }
+    rank = launch->rank;
+    size = launch->size;
+    target = launch->rendezvous;
+    launch_job = launch->job;
+    if (ParseRendezvousUrl(target).kind == RendezvousUrl::Kind::kMpi) {
+      throw InvalidArgument(Where{rank}, "connect_url: under mpirun the Gloo transport needs a "
+                                         "store: set ZEN_RENDEZVOUS=file:DIR or redis://HOST:PORT");
+    }
+  } else if (rank < 0 || size < 0) {
+    throw InvalidArgument(Where{rank}, "connect_url('", url, "') needs rank and size");
+  }
   GlooOptions options = Options(rank, prefix, hostname, timeout_s);
-  options.rendezvous = url;
+  options.rendezvous = target;
+  options.job = job.empty() ? launch_job : job;
   py::gil_scoped_release release;
   return ConnectGloo(rank, size, options);
 }
@@ -74,9 +108,14 @@ void BindComm(py::module_& m) {
         py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1", py::arg("timeout") = 30.0,
         "Connects all ranks through a store with set/get/wait (e.g. torch.distributed's). "
         "Every rank calls it with the same size and prefix; keys are '<prefix>/rank_<r>'.");
-  m.def("connect_url", &ConnectUrl, py::arg("url"), py::arg("rank"), py::arg("size"), py::kw_only(),
-        py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1", py::arg("timeout") = 30.0,
-        "Connects all ranks through 'file:DIR' or 'redis://HOST:PORT'.");
+  m.def("connect_url", &ConnectUrl, py::arg("url"), py::arg("rank") = -1, py::arg("size") = -1,
+        py::kw_only(), py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1",
+        py::arg("timeout") = 30.0, py::arg("job") = "",
+        "Connects all ranks through 'file:DIR', 'redis://HOST:PORT' or 'tcp://HOST:PORT' (rank 0 "
+        "hosts zen's store), each with an optional '?job=ID', or through 'env://' (torchrun's "
+        "or mpirun's variables from os.environ give rank, size and store; under torchrun rank 0 "
+        "hosts zen's store on MASTER_PORT+1). A rerun with the same directory or job id "
+        "never meets the keys of the last run.");
 }
 
 }  // namespace zen::python

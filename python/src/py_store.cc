@@ -68,4 +68,20 @@ void PyStore::wait(const std::vector<std::string>& keys, const std::chrono::mill
   }
 }
 
+bool PyStore::Has(const std::string& key) {
+  py::gil_scoped_acquire gil;
+  try {
+    if (py::hasattr(store_, "check")) {
+      return store_.attr("check")(std::vector<std::string>{key}).cast<bool>();
+    }
+    store_.attr("wait")(std::vector<std::string>{key}, std::chrono::milliseconds(1));
+    return true;
+  } catch (py::error_already_set& e) {
+    if (py::hasattr(store_, "check")) {
+      throw TransportError(Where{rank_}, "Python store check('", key, "') failed: ", e.what());
+    }
+    return false;  // the wait timed out
+  }
+}
+
 }  // namespace zen::python

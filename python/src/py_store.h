@@ -22,9 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "zen/comm/rendezvous.h"
+
 namespace zen::python {
 
-class PyStore final : public gloo::rendezvous::Store {
+class PyStore final : public gloo::rendezvous::Store, public zen::KeyCheck {
  public:
   // `store` must have set/get/wait methods; rank only names errors.
   PyStore(pybind11::object store, int rank);
@@ -37,6 +39,9 @@ class PyStore final : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
+  // store.check([key]) when the store has it (torch's stores do), else a
+  // 1 ms wait.
+  bool Has(const std::string& key) override;
 
  private:
   pybind11::object store_;

@@ -4,23 +4,21 @@
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
+#include <gloo/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <netdb.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
-#include <filesystem>
+#include <mutex>
 #include <thread>
 #include <vector>
-#ifdef ZEN_HAVE_REDIS
-#include <gloo/rendezvous/redis_store.h>
-#endif
 
 #include "zen/comm/collectives.h"
+#include "zen/comm/rendezvous.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -310,9 +308,11 @@ class GlooRecv final : public GlooRequest {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> ctx, int rank, int size,
-                   Millis timeout)
-      : Communicator(rank, size, timeout), ctx_(std::move(ctx)), eager_bytes_(EagerBytes(size)) {}
+  GlooCommunicator(std::shared_ptr<gloo::Context> ctx, int rank, int size, Millis timeout)
+      : Communicator(rank, size, timeout),
+        ctx_(std::move(ctx)),
+        eager_bytes_(EagerBytes(size)),
+        request_timeout_(timeout) {}
 
   std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
     const Transfer t = Check(peer, tag, data.size(), /*is_send=*/true);
@@ -339,89 +339,79 @@ class GlooCommunicator final : public Communicator {
                                       &mutable_counters());
   }
 
+  // While connecting, requests may wait only for what is left of the
+  // connect timeout; afterwards the full timeout again.
+  void set_request_timeout(Millis t) { request_timeout_ = t; }
+
  private:
   Transfer Check(int peer, Tag tag, size_t bytes, bool is_send) const {
     CheckPeer(peer);
     if (tag >= kMaxTag) {
       throw InvalidArgument(Where{rank()}, "tag ", tag, " is not below 2^63 (Gloo transport)");
     }
-    return Transfer{rank(), peer, tag, bytes, timeout(), is_send};
+    return Transfer{rank(), peer, tag, bytes, request_timeout_, is_send};
   }
 
-  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::shared_ptr<gloo::Context> ctx_;
   uint64_t eager_bytes_;
+  Millis request_timeout_;
 };
 
-// The caller's store seen through a key prefix, with Gloo's failures turned
-// into TransportErrors that say what was waited for and for how long.
-class RendezvousStore final : public gloo::rendezvous::Store {
+// A gloo::Context whose mesh zen connects itself (Gloo's connectFullMesh
+// waits up to 5x the timeout per pair, publishes uninitialized address
+// padding, and reports a world-size mismatch as a failed size check).
+class MeshContext final : public gloo::Context {
  public:
-  RendezvousStore(std::shared_ptr<gloo::rendezvous::Store> inner, std::string prefix, int rank,
-                  int size, Millis timeout)
-      : inner_(std::move(inner)),
-        prefix_(std::move(prefix)),
-        rank_(rank),
-        size_(size),
-        timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    try {
-      inner_->set(Full(key), data);
-    } catch (...) {
-      throw TransportError(Where{rank_}, "rendezvous: publishing key '", Full(key),
-                           "' failed (a key left by an earlier job with the same prefix? use a "
-                           "fresh store or another prefix): ",
-                           Describe(std::current_exception()));
-    }
+  MeshContext(int rank, int size) : gloo::Context(rank, size) {}
+  void Adopt(std::shared_ptr<gloo::transport::Device> device,
+             std::shared_ptr<gloo::transport::Context> transport) {
+    device_ = std::move(device);
+    transportContext_ = std::move(transport);
   }
+};
 
-  std::vector<char> get(const std::string& key) override {
-    wait({key}, timeout_);
-    try {
-      return inner_->get(Full(key));
-    } catch (...) {
-      throw TransportError(Where{rank_}, "rendezvous: reading key '", Full(key),
-                           "' failed: ", Describe(std::current_exception()));
+// Closes every pair of `tc` once `deadline` passes (and again every 20 ms,
+// for a connect that started just then) until Stop(): a pair waiting for its
+// peer (Gloo waits up to 5x the timeout) then returns at once.
+class ConnectWatchdog {
+ public:
+  ConnectWatchdog(gloo::transport::Context& tc, int rank, int size, Clock::time_point deadline)
+      : thread_([this, &tc, rank, size, deadline] {
+          std::unique_lock<std::mutex> lock(m_);
+          if (cv_.wait_until(lock, deadline, [this] { return stop_; })) return;
+          fired_ = true;
+          do {
+            for (int i = 0; i < size; ++i) {
+              if (i == rank) continue;
+              try {
+                tc.getPair(i)->close();
+              } catch (...) {
+              }
+            }
+          } while (!cv_.wait_for(lock, Millis(20), [this] { return stop_; }));
+        }) {}
+  ~ConnectWatchdog() { Stop(); }
+  // Returns whether the deadline closed the pairs.
+  bool Stop() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
     }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    return fired_;
   }
-
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-
-  // Waits for the keys one by one, so that a timeout names the first key
-  // (and the rank that should have published it) still missing.
-  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
-    const auto start = Clock::now();
-    const Millis limit = timeout.count() > 0 ? timeout : timeout_;
-    for (const std::string& key : keys) {
-      const Millis left = std::max(Millis(1), limit - Since(start));
-      try {
-        inner_->wait({Full(key)}, left);
-      } catch (...) {
-        throw TransportError(Where{rank_}, "rendezvous: waited ", Since(start).count(),
-                             " ms (timeout ", limit.count(), " ms) for key '", Full(key), "'",
-                             Publisher(key), " of ", keys.size(), " key(s) awaited in a world of ",
-                             size_, " ranks: ", Describe(std::current_exception()));
-      }
-    }
+  bool fired() {
+    std::lock_guard<std::mutex> lock(m_);
+    return fired_;
   }
 
  private:
-  std::string Full(const std::string& key) const { return prefix_ + "/" + key; }
-
-  // " (the address of rank r: ...)" for Gloo's address keys, which are the
-  // rank number ("<r>"; newer Gloo releases use "rank_<r>").
-  static std::string Publisher(const std::string& key) {
-    std::string r = key.rfind("rank_", 0) == 0 ? key.substr(5) : key;
-    if (r.empty() || r.find_first_not_of("0123456789") != std::string::npos) return "";
-    return " (the address of rank " + r + ": is rank " + r +
-           " running, with the same rendezvous, prefix and world size?)";
-  }
-
-  std::shared_ptr<gloo::rendezvous::Store> inner_;
-  std::string prefix_;
-  int rank_;
-  int size_;
-  Millis timeout_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool fired_ = false;
+  std::thread thread_;
 };
 
 void CheckConnectArgs(int rank, int size, const GlooOptions& options) {
@@ -429,14 +419,12 @@ void CheckConnectArgs(int rank, int size, const GlooOptions& options) {
   if (rank < 0 || rank >= size) {
     throw InvalidArgument(Where{rank}, "ConnectGloo: rank is outside [0, ", size, ")");
   }
-  if (options.timeout.count() <= 0) {
-    throw InvalidArgument(Where{rank}, "ConnectGloo: timeout ", options.timeout.count(),
-                          " ms is not positive");
-  }
+  CheckTimeout(options.timeout, "ConnectGloo", rank);
   if (options.hostname.empty()) {
     throw InvalidArgument(Where{rank},
                           "ConnectGloo: hostname is empty (name the interface address to bind)");
   }
+  if (!options.job.empty()) ParseRendezvousUrl("file:x?job=" + options.job);  // validates the id
 }
 
 // Gloo's tcp::CreateDevice dereferences an unset result when getaddrinfo
@@ -454,97 +442,6 @@ void CheckResolvable(int rank, const std::string& hostname) {
   }
 }
 
-#ifdef ZEN_HAVE_REDIS
-// One connection attempt, bounded by budget (at most 2 s, Gloo's own limit).
-bool ProbeRedis(const std::string& host, int port, Millis budget, std::string* error) {
-  const Millis limit = std::min(budget, Millis(2000));
-  timeval tv{};
-  tv.tv_sec = limit.count() / 1000;
-  tv.tv_usec = static_cast<suseconds_t>((limit.count() % 1000) * 1000);
-  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
-  if (c == nullptr) {
-    *error = "hiredis could not allocate a context";
-    return false;
-  }
-  const bool ok = c->err == 0;
-  if (!ok) *error = c->errstr;
-  redisFree(c);
-  return ok;
-}
-
-std::shared_ptr<gloo::rendezvous::Store> OpenRedis(const std::string& url, const std::string& where,
-                                                   Millis timeout) {
-  const auto colon = where.rfind(':');
-  int port = 0;
-  if (colon != std::string::npos && colon > 0) {
-    try {
-      size_t used = 0;
-      port = std::stoi(where.substr(colon + 1), &used);
-      if (used != where.size() - colon - 1) port = 0;
-    } catch (const std::exception&) {
-      port = 0;
-    }
-  }
-  if (port <= 0 || port > 65535) {
-    throw InvalidArgument(Where{}, "rendezvous URL '", url, "': expected redis://HOST:PORT");
-  }
-  const std::string host = where.substr(0, colon);
-  const auto start = Clock::now();
-  std::string last;
-  for (;;) {
-    // Gloo's RedisStore leaks its hiredis context when the connection fails
-    // (it throws from the constructor without redisFree), so probe first.
-    if (ProbeRedis(host, port, std::max(Millis(1), timeout - Since(start)), &last)) {
-      try {
-        return std::make_shared<gloo::rendezvous::RedisStore>(host, port);
-      } catch (...) {
-        last = Describe(std::current_exception());
-      }
-    }
-    if (Since(start) >= timeout) break;
-    std::this_thread::sleep_for(std::min(Millis(100), timeout));
-  }
-  throw TransportError(Where{}, "rendezvous: waited ", Since(start).count(), " ms (timeout ",
-                       timeout.count(), " ms) to connect to the Redis server at ", host, ":", port,
-                       "; last error: ", last);
-}
-#endif
-
-}  // namespace
-
-std::shared_ptr<gloo::rendezvous::Store> OpenStore(const std::string& url,
-                                                   std::chrono::milliseconds timeout) {
-  if (url.rfind("file:", 0) == 0) {
-    const std::string dir = url.substr(5);
-    if (dir.empty())
-      throw InvalidArgument(Where{}, "rendezvous URL '", url, "' names no directory");
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      throw TransportError(Where{}, "rendezvous: cannot create directory '", dir,
-                           "': ", ec.message());
-    }
-    return std::make_shared<gloo::rendezvous::FileStore>(dir);
-  }
-  const std::string redis = "redis://";
-  if (url.rfind(redis, 0) == 0) {
-#ifdef ZEN_HAVE_REDIS
-    return OpenRedis(url, url.substr(redis.size()), timeout);
-#else
-    (void)timeout;
-    throw InvalidArgument(Where{}, "rendezvous URL '", url,
-                          "': this build has no Redis support (hiredis was not found)");
-#endif
-  }
-  throw InvalidArgument(Where{}, "rendezvous URL '", url,
-                        "' is neither file:DIR nor redis://HOST:PORT");
-}
-
-std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions& options) {
-  CheckConnectArgs(rank, size, options);
-  return ConnectGloo(rank, size, OpenStore(options.rendezvous, options.timeout), options);
-}
-
 // Gloo's TCP transport can write to a socket whose peer has died; with the
 // default SIGPIPE action that kills the surviving process instead of raising
 // a TransportError. A handler the application installed is left alone.
@@ -555,11 +452,21 @@ void IgnoreSigpipeIfDefault() {
   }
 }
 
-std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
-                                          std::shared_ptr<gloo::rendezvous::Store> store,
-                                          const GlooOptions& options) {
-  CheckConnectArgs(rank, size, options);
-  if (!store) throw InvalidArgument(Where{rank}, "ConnectGloo: the store is null");
+// The job id of a connect: options.job, or the URL's ?job=, which must agree.
+std::string JobOf(int rank, const GlooOptions& options, const std::string& url_job) {
+  if (!options.job.empty() && !url_job.empty() && options.job != url_job) {
+    throw InvalidArgument(Where{rank}, "ConnectGloo: job id '", options.job,
+                          "' differs from the rendezvous URL's job id '", url_job, "'");
+  }
+  return options.job.empty() ? url_job : options.job;
+}
+
+std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
+                                             std::shared_ptr<gloo::rendezvous::Store> store,
+                                             const GlooOptions& options, const std::string& job,
+                                             Clock::time_point start) {
+  const Millis timeout = options.timeout;
+  const Clock::time_point deadline = start + timeout;
   IgnoreSigpipeIfDefault();
   CheckResolvable(rank, options.hostname);
   std::shared_ptr<gloo::transport::Device> device;
@@ -571,31 +478,113 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
     throw TransportError(Where{rank}, "cannot open a TCP device on interface address '",
                          options.hostname, "': ", Describe(std::current_exception()));
   }
-  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  ctx->setTimeout(options.timeout);
-  RendezvousStore rendezvous(std::move(store), options.prefix, rank, size, options.timeout);
-  const auto start = Clock::now();
+  auto ctx = std::make_shared<MeshContext>(rank, size);
+  ctx->setTimeout(timeout);
+  std::shared_ptr<gloo::transport::Context> tc;
+  RendezvousValue mine{size, rank, 0, {}};
   try {
-    ctx->connectFullMesh(rendezvous, device);
+    tc = device->createContext(rank, size);
+    tc->setTimeout(timeout);
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      const std::vector<char> raw = tc->createPair(i)->address().bytes();
+      const std::vector<char> clean = SanitizeTcpAddress(raw);
+      mine.address_bytes = static_cast<uint32_t>(clean.size());
+      mine.addresses.insert(mine.addresses.end(), clean.begin(), clean.end());
+    }
   } catch (const Error&) {
-    throw;  // already says what was waited for
+    throw;
   } catch (...) {
-    throw TransportError(Where{rank}, "connecting to the ", size - 1, " other rank(s) over TCP (",
-                         options.hostname, ", prefix '", options.prefix, "') failed after ",
-                         Since(start).count(), " ms (timeout ", options.timeout.count(),
-                         " ms): ", Describe(std::current_exception()));
+    throw TransportError(Where{rank}, "cannot listen on '", options.hostname,
+                         "': ", Describe(std::current_exception()));
   }
-  auto comm = std::make_unique<GlooCommunicator>(std::move(ctx), rank, size, options.timeout);
+  if (size > 1) {
+    const RunRendezvous run = JoinRun(*store, options.prefix, job, mine, deadline, timeout);
+    for (int i = 0; i < size; ++i) {
+      if (run.peers[static_cast<size_t>(i)].address_bytes != mine.address_bytes) {
+        throw FormatError(Where{rank}, "rendezvous: rank ", i, " published addresses of ",
+                          run.peers[static_cast<size_t>(i)].address_bytes,
+                          " bytes, this rank's have ", mine.address_bytes,
+                          " (another transport or zen version?)");
+      }
+    }
+    // Connect every pair; a peer that published and then died or stopped
+    // (or a stranger holding our port) cannot hold us past the deadline.
+    ConnectWatchdog watchdog(*tc, rank, size, deadline);
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      std::string failure;
+      try {
+        if (watchdog.fired()) {
+          failure = "no time left";
+        } else {
+          const auto a = run.peers[static_cast<size_t>(i)].AddressFor(rank);
+          tc->getPair(i)->connect(std::vector<char>(a.begin(), a.end()));
+        }
+      } catch (...) {
+        failure = Describe(std::current_exception());
+      }
+      if (failure.empty() && watchdog.fired()) failure = "the connection was not made in time";
+      if (!failure.empty()) {
+        watchdog.Stop();
+        throw TransportError(Where{rank}, "connecting to rank ", i, " over TCP (",
+                             options.hostname, ", run '", run.base, "') failed after ",
+                             Since(start).count(), " ms (timeout ", timeout.count(),
+                             " ms): ", failure);
+      }
+    }
+    if (watchdog.Stop()) {
+      throw TransportError(Where{rank}, "connecting over TCP (run '", run.base,
+                           "') did not finish within the timeout of ", timeout.count(), " ms");
+    }
+  }
+  ctx->Adopt(std::move(device), std::move(tc));
+  auto comm = std::make_unique<GlooCommunicator>(std::move(ctx), rank, size, timeout);
   // A rank whose side of the mesh is up could otherwise return, finish and
   // close its sockets while a peer's side is still accepting, which the peer
-  // sees as "connection closed". Leaving together rules that out.
+  // sees as "connection closed". Leaving together rules that out. The
+  // barrier may use only what is left of the timeout.
+  comm->set_request_timeout(
+      std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now())));
   try {
     Barrier(*comm);
   } catch (const TransportError& e) {
     throw TransportError(std::string("while checking the new mesh: ") + e.what());
   }
+  comm->set_request_timeout(timeout);
   comm->ResetCounters();
   return comm;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions& options) {
+  CheckConnectArgs(rank, size, options);
+  const auto start = Clock::now();
+  const RendezvousUrl url = ParseRendezvousUrl(options.rendezvous);
+  const std::string job = JobOf(rank, options, url.job);
+  switch (url.kind) {
+    case RendezvousUrl::Kind::kFile:
+    case RendezvousUrl::Kind::kRedis:
+      return ConnectThrough(rank, size, OpenStore(url.base, options.timeout), options, job, start);
+    case RendezvousUrl::Kind::kTcp:
+      return ConnectThrough(rank, size,
+                            OpenTcpStore(url.host, url.port, rank == 0, options.timeout, rank),
+                            options, job, start);
+    default:
+      throw InvalidArgument(Where{rank}, "ConnectGloo: rendezvous '", options.rendezvous,
+                            "' must be resolved first: call RendezvousFromEnv with the "
+                            "environment (the CLI and Python do) and pass its URL");
+  }
+}
+
+std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
+                                          std::shared_ptr<gloo::rendezvous::Store> store,
+                                          const GlooOptions& options) {
+  CheckConnectArgs(rank, size, options);
+  if (!store) throw InvalidArgument(Where{rank}, "ConnectGloo: the store is null");
+  return ConnectThrough(rank, size, std::move(store), options, JobOf(rank, options, ""),
+                        Clock::now());
 }
 
 }  // namespace zen

@@ -36,34 +36,36 @@
 #include <string>
 
 #include "zen/comm/communicator.h"
+#include "zen/comm/rendezvous.h"  // OpenStore, RendezvousFromEnv
 
 namespace zen {
 
 struct GlooOptions {
-  // "file:DIR" (a directory all ranks see; created if missing) or
-  // "redis://HOST:PORT". Ignored by the ConnectGloo overload taking a store.
+  // "file:DIR", "redis://HOST:PORT" or "tcp://HOST:PORT" (rank 0 hosts the
+  // store), each with an optional "?job=ID" (see rendezvous.h). env:// and
+  // mpi:// are resolved at the edge with RendezvousFromEnv. Ignored by the
+  // ConnectGloo overload taking a store.
   std::string rendezvous;
   // Interface address to bind and advertise; never all interfaces by default.
   std::string hostname = "127.0.0.1";
-  // Store key prefix, so that several jobs (or several communicators of one
-  // job) can share a store. Keys are "<prefix>/<Gloo's key>"; a store that still
-  // holds the keys of an earlier job with the same prefix misleads the
-  // rendezvous, so use a fresh directory or a unique prefix per job.
+  // Store key prefix, so that several communicators can share a store.
   std::string prefix = "zen";
-  // Rendezvous, connection and per-request timeout.
+  // Job id ([A-Za-z0-9._-], at most 128): keys are "<prefix>/<job>/...".
+  // Concurrent jobs on one store need distinct ids (or prefixes); reruns of
+  // one job need nothing: each run claims a fresh generation of keys (see
+  // rendezvous.h), so leftovers of an earlier run are never read. Empty:
+  // the URL's "?job=" if any.
+  std::string job;
+  // Per-request timeout, and the bound on the whole connect (rendezvous,
+  // TCP connections and the closing barrier together). At most kMaxTimeout.
   std::chrono::milliseconds timeout{30000};
 };
 
-// Opens the store named by url: "file:DIR" (gloo FileStore; DIR is created)
-// or "redis://HOST:PORT" (gloo RedisStore; only when built with hiredis,
-// ZEN_HAVE_REDIS). Connecting to Redis is retried until `timeout`, so that
-// workers may start before the server; then TransportError names the
-// address, the time waited and the last error. InvalidArgument for a URL of
-// another form.
-std::shared_ptr<gloo::rendezvous::Store> OpenStore(
-    const std::string& url, std::chrono::milliseconds timeout = std::chrono::seconds(30));
-
-// Opens options.rendezvous and connects.
+// Opens options.rendezvous and connects. The whole call ends within
+// options.timeout (plus a few ms): a peer that dies or stops at any point, or
+// a stranger connecting to a listening port first, ends it with a
+// TransportError naming the rank waited for; a peer with another world size
+// with a MismatchError naming both sizes.
 std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions& options);
 
 // Connects through an existing store (options.rendezvous is ignored). The
