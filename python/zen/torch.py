@@ -95,7 +95,7 @@ def _generation(group):
     return int(count.item())
 
 
-def _torch_store(group):
+def _torch_store():
     """The job's torch.distributed store (the TCPStore of env://, or the
     FileStore of file://). torch has no public accessor for it: this is the
     store that init_process_group created, as torch 1.13 to 2.13 keep it."""
@@ -197,7 +197,7 @@ class ZenState:
         tag = _group_tag(group)
         n = _connections.get(tag, 0)
         _connections[tag] = n + 1
-        store = _torch_store(group)
+        store = _torch_store()
         hostname = self._hostname or _default_hostname()
         timeout = (_timedelta_seconds(self._timeout) if self._timeout is not None
                    else _default_timeout())
