@@ -2,8 +2,8 @@
 """Trains a small language model with a large vocabulary on GCIDE text with
 DistributedDataParallel, synchronizing gradients with zen or with plain Gloo.
 
-    PYTHONPATH=build/python /usr/bin/python3 -m torch.distributed.run --standalone \
-        --nproc_per_node 2 examples/train_lm.py --sync zen
+    . .venv/bin/activate        # torch 2.13.0; zen from `pip install .` (or PYTHONPATH=build/python)
+    torchrun --standalone --nproc-per-node 2 examples/train_lm.py --sync zen
     ... --sync gloo                 # the same run with DDP's own allreduce/allgather
     ... --dense-embedding           # nn.Embedding(sparse=False): zero rows in dense buckets
 

@@ -1,10 +1,12 @@
 # scripts/lib.sh — shared steps of scripts/demo and scripts/test: install the
-# Debian packages zen needs (only the missing ones), then configure and build
-# Release into build/. Sourced, not run.
+# Debian packages zen needs (only the missing ones), create the Python venv
+# (.venv/: torch 2.13 and the pinned packages of python/requirements.txt, from
+# PyPI), then configure and build Release into build/. Sourced, not run.
 set -euo pipefail
 
 ZEN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ZEN_BUILD=${ZEN_BUILD:-$ZEN_ROOT/build}
+ZEN_VENV=${ZEN_VENV:-$ZEN_ROOT/.venv}
 
 # Everything zen needs, from Debian.
 ZEN_PACKAGES=(
@@ -15,6 +17,7 @@ ZEN_PACKAGES=(
   python3-torch python3-sentencepiece python3-matplotlib dict-gcide
   iproute2 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin
 )
+ZEN_PACKAGES+=(python3-venv ccache)  # zen_venv; ccache speeds up the `pip install .` test
 
 say() { printf '\n==> %s\n' "$*"; }
 die() { printf '\nerror: %s\n' "$*" >&2; exit 1; }
@@ -41,10 +44,35 @@ zen_install_packages() {
     || die "apt-get install failed for: ${missing[*]}"
 }
 
+# zen_venv: creates $ZEN_VENV (default .venv/) from /usr/bin/python3 and
+# installs python/requirements.txt (torch 2.13.0 CPU, numpy, pytest, pybind11,
+# ...) from PyPI. Idempotent: when the venv's stamp matches the requirements
+# file it returns at once, without calling pip. Sets ZEN_VENV_PYTHON, which
+# zen_build then passes as -DZEN_PYTHON so that zen._zen is built for this
+# interpreter with the venv's pybind11.
+zen_venv() {
+  local req="$ZEN_ROOT/python/requirements.txt" stamp="$ZEN_VENV/.zen-requirements"
+  ZEN_VENV_PYTHON="$ZEN_VENV/bin/python"
+  if [ -x "$ZEN_VENV_PYTHON" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
+    echo "venv $ZEN_VENV up to date"
+    return
+  fi
+  say "Python venv $ZEN_VENV (torch 2.13.0 CPU and python/requirements.txt, from PyPI)"
+  if [ ! -x "$ZEN_VENV_PYTHON" ]; then
+    /usr/bin/python3 -m venv "$ZEN_VENV" || die "python3 -m venv failed (apt-get install python3-venv)"
+  fi
+  "$ZEN_VENV_PYTHON" -m pip install -q --disable-pip-version-check -r "$req" \
+    || die "pip install -r python/requirements.txt failed (PyPI reachable?)"
+  cp "$req" "$stamp"
+}
+
 zen_build() {
   say "configuring Release build in $ZEN_BUILD"
   mkdir -p "$ZEN_BUILD"
-  cmake -S "$ZEN_ROOT" -B "$ZEN_BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >"$ZEN_BUILD/configure.log" 2>&1 \
+  local python_args=()
+  if [ -n "${ZEN_VENV_PYTHON:-}" ]; then python_args=(-DZEN_PYTHON="$ZEN_VENV_PYTHON"); fi
+  cmake -S "$ZEN_ROOT" -B "$ZEN_BUILD" -DCMAKE_BUILD_TYPE=Release "${python_args[@]}" "$@" \
+    >"$ZEN_BUILD/configure.log" 2>&1 \
     || { cat "$ZEN_BUILD/configure.log"; die "cmake configure failed (log above)"; }
   say "building ($(nproc) jobs)"
   cmake --build "$ZEN_BUILD" -j"$(nproc)" || die "build failed (see the compiler output above)"

@@ -1,8 +1,13 @@
 // The `zen._zen` extension module: see bindings.h.
 #include "bindings.h"
 
+#ifndef ZEN_VERSION_STRING
+#error "ZEN_VERSION_STRING is set by python/CMakeLists.txt from project(zen VERSION ...)"
+#endif
+
 PYBIND11_MODULE(_zen, m) {
   m.doc() = "zen: sparsity-driven gradient synchronization (C++ core). Use zen.torch.";
+  m.attr("__version__") = ZEN_VERSION_STRING;
   zen::python::BindErrors(m);
   zen::python::BindComm(m);
   zen::python::BindSchemes(m);

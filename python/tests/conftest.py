@@ -1,6 +1,7 @@
 """Fixtures of the zen.torch tests (helpers in zen_torch_testing.py).
 
-Run: PYTHONPATH=build/python ZEN_BUILD=build /usr/bin/python3 -m pytest -q python/tests
+Run: PYTHONPATH=build/python ZEN_BUILD=build .venv/bin/python -m pytest -q python/tests
+(.venv/ with torch 2.13: scripts/lib.sh's zen_venv; build/ configured with -DZEN_PYTHON=.venv/bin/python)
 """
 
 import pytest

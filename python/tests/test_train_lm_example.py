@@ -1,25 +1,21 @@
-"""examples/train_lm.py under `python3 -m torch.distributed.run` (env://, the
+"""examples/train_lm.py under `torchrun` as its docstring says (env://, the
 job's TCPStore carries zen's rendezvous): zen and plain Gloo print the same
 losses, step by step."""
 
 import re
 import subprocess
-import sys
 
 import pytest
 
-from zen_torch_testing import REPO, rank_env
+from zen_torch_testing import REPO, rank_env, torchrun
 
 TINY = ["--steps", "3", "--vocab", "2000", "--max-paragraphs", "3000", "--batch", "4",
         "--seq-len", "16", "--width", "16", "--hidden", "32"]
 
 
 def train(sync, *extra):
-    # --redirects 2 --tee 2: torch 1.13's launcher crashes on Python 3.11 with
-    # its default (--redirects 0); see docs/sections/pytorch.md.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "--redirects", "2", "--tee", "2", str(REPO / "examples" / "train_lm.py"),
-           "--sync", sync, *TINY, *extra]
+    cmd = [torchrun(), "--standalone", "--nproc-per-node", "2",
+           str(REPO / "examples" / "train_lm.py"), "--sync", sync, *TINY, *extra]
     run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=rank_env(), timeout=150)
     assert run.returncode == 0, run.stdout

@@ -23,6 +23,15 @@ def rank_env():
     return env
 
 
+def torchrun():
+    """The torchrun of this interpreter's environment (the venv's, torch 2.x),
+    the command users type; torch 1.13's needs `--redirects 2 --tee 2` on
+    Python 3.11, so the tests need torch >= 2."""
+    path = pathlib.Path(sys.executable).parent / "torchrun"
+    assert path.exists(), f"no torchrun next to {sys.executable} (torch >= 2 venv expected)"
+    return str(path)
+
+
 def wait_all(procs, timeout):
     """Waits for every process; kills all on timeout. Returns (codes, outputs, timed_out)."""
     timed_out = False

@@ -17,9 +17,12 @@ Errors: ``ValueError`` for bad input (zen::InvalidArgument); ``zen.MismatchError
 (ranks disagree), ``zen.FormatError`` (undecodable bytes) and
 ``zen.TransportError`` (network, rendezvous, timeout), all subclasses of
 ``zen.Error``, itself a ``RuntimeError``.
+
+``zen.__version__`` is the C++ project's version (CMakeLists.txt, project()).
 """
 
 from zen._zen import (  # noqa: F401  (re-exported)
+    __version__,
     Communicator,
     Context,
     Error,

@@ -3,7 +3,7 @@
 DDP (dense and sparse gradients, one call)::
 
     import torch.distributed as dist, zen.torch
-    dist.init_process_group("gloo")                      # env:// from torch.distributed.run
+    dist.init_process_group("gloo")                      # env:// from torchrun
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     ddp.register_comm_hook(zen.torch.ZenState(module=model), zen.torch.comm_hook)
     # or, the same: zen.torch.register(ddp)
@@ -41,6 +41,7 @@ import zlib
 
 import torch
 import torch.distributed as dist
+from torch.distributed.constants import default_pg_timeout
 
 import zen
 
@@ -52,21 +53,61 @@ _ENV_HOSTNAME = "ZEN_HOSTNAME"
 _ENV_TIMEOUT = "ZEN_TIMEOUT"
 
 # Communicators connected so far in this process, per process-group tag: the
-# n-th one of a group uses the store prefix "zen/<tag>/<n>", which is the same
-# on every rank as long as all ranks connect in the same order.
+# n-th one of a group uses the store prefix "zen/<generation>/<tag>/<n>", which
+# is the same on every rank as long as all ranks connect in the same order.
+# <generation> is "gen<k>": under torchrun, k is the sum over the group's ranks
+# of $TORCHELASTIC_RESTART_COUNT (one tiny allreduce when the state connects),
+# so the workers of a restart never read keys left in the store by an earlier
+# generation; "gen0" when not under torchrun.
 _connections = {}
 # ZenState used when the hook or allreduce_ gets state=None, per process group.
 _default_states = {}
+# zen's sums are sorted, unique and in range: no invariant check (torch 2.x
+# warns when the choice is left implicit; 1.13 has no such argument).
+_UNCHECKED = ({"check_invariants": False}
+              if hasattr(torch.sparse, "check_sparse_tensor_invariants") else {})
 
 
 def _group_tag(group):
     if group is None or group is dist.GroupMember.WORLD:
         return "world"
-    name = dist.distributed_c10d._pg_names.get(group)
-    if name is not None:
+    name = getattr(group, "group_name", None)  # torch >= 2.x: the same on every rank
+    if name:
         return f"pg{name}"
     ranks = dist.get_process_group_ranks(group)
     return "ranks" + "_".join(str(r) for r in ranks)
+
+
+def _generation(group):
+    """The restart generation of a torchrun job, the same on every rank.
+
+    Each torchrun agent counts only its own restarts: on a multi-host job the
+    hosts that did not fail restart their workers with an unchanged
+    $TORCHELASTIC_RESTART_COUNT. The sum over the group grows with every
+    restart and is agreed by all ranks. 0 when not under torchrun.
+    """
+    value = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if value is None:
+        return 0
+    try:
+        count = torch.tensor([int(value)], dtype=torch.int64)
+    except ValueError:
+        raise ValueError(f"zen: TORCHELASTIC_RESTART_COUNT is '{value}', not an integer") from None
+    dist.all_reduce(count, group=group)
+    return int(count.item())
+
+
+def _torch_store():
+    """The job's torch.distributed store (the TCPStore of env://, or the
+    FileStore of file://). torch has no public accessor for it: this is the
+    store that init_process_group created, as torch 1.13 to 2.13 keep it."""
+    c10d = dist.distributed_c10d
+    getter = getattr(c10d, "_get_default_store", None)
+    if getter is None:
+        raise RuntimeError(f"zen: torch {torch.__version__} has no "
+                           "torch.distributed.distributed_c10d._get_default_store; pass "
+                           "ZenState(comm=zen.connect_url(...)) instead")
+    return getter()
 
 
 def _default_hostname():
@@ -86,7 +127,7 @@ def _default_timeout():
     value = os.environ.get(_ENV_TIMEOUT)
     if value:
         return float(value)
-    return dist.distributed_c10d.default_pg_timeout.total_seconds()
+    return default_pg_timeout.total_seconds()
 
 
 class ZenState:
@@ -185,12 +226,12 @@ class ZenState:
         tag = _group_tag(group)
         n = _connections.get(tag, 0)
         _connections[tag] = n + 1
-        store = dist.distributed_c10d._get_default_store()
+        store = _torch_store()
         hostname = self._hostname or _default_hostname()
         timeout = (_timedelta_seconds(self._timeout) if self._timeout is not None
                    else _default_timeout())
-        return zen.connect(store, rank, size, prefix=f"zen/{tag}/{n}", hostname=hostname,
-                           timeout=timeout)
+        return zen.connect(store, rank, size, prefix=f"zen/gen{_generation(group)}/{tag}/{n}",
+                           hostname=hostname, timeout=timeout)
 
 
 def _state(state):
@@ -284,7 +325,7 @@ def _sparse_item(tensor, name, options):
                 parts.append(rest % shape[k])
                 rest = torch.div(rest, shape[k], rounding_mode="floor")
             out_indices = torch.stack(parts[::-1])
-        return torch.sparse_coo_tensor(out_indices, out_values, shape)._coalesced_(True), dtype
+        return torch.sparse_coo_tensor(out_indices, out_values, shape, **_UNCHECKED)._coalesced_(True), dtype
 
     return item, finish
 

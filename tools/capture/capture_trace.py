@@ -21,7 +21,9 @@ Tensors are named step<k>.embedding and step<k>.<param>_topk (e.g.
 step0.output_topk for output.weight, step0.lstm_weight_hh_l0_topk).
 
 Usage (the shipped trace; see docs/workloads.md):
-  /usr/bin/python3 tools/capture/capture_trace.py --out data/traces/gcide-lm-n8.safetensors
+  .venv/bin/python tools/capture/capture_trace.py --out data/traces/gcide-lm-n8.safetensors
+(.venv/: torch 2.13.0 and sentencepiece, created by scripts/lib.sh's zen_venv;
+the shipped trace was captured with torch 1.13, its metadata says so.)
 """
 import argparse
 import os
@@ -193,7 +195,7 @@ def main(argv):
             tensors[f"step{k}.{topk_name(pname)}"] = (numel, 1, rec[topk_name(pname)])
     meta.update({
         "generator": "tools/capture/capture_trace.py",
-        "command": "/usr/bin/python3 tools/capture/capture_trace.py " + shlex.join(argv),
+        "command": "python3 tools/capture/capture_trace.py " + shlex.join(argv),
         "model": f"Embedding({args.vocab_size},{args.width},sparse) -> LSTM({args.hidden}"
                  f"x{args.layers}) -> Linear({args.hidden},{args.vocab_size}) untied",
         "data": "GCIDE (dict-gcide) plain text, SentencePiece BPE",

@@ -21,7 +21,7 @@ workers do. No payload counters exist here: the launcher prints "n/a".
 
 Writes a JSON list (one object per peer, the per-rank format of zen's
 workers) to --out. Usage (the launcher does this, one per host):
-  GLOO_SOCKET_IFNAME=lo /usr/bin/python3 torch_peer.py --rank 0 --world 2 \\
+  GLOO_SOCKET_IFNAME=lo .venv/bin/python tools/peers/torch_peer.py --rank 0 --world 2 \\
       --init file:///tmp/dir/store --trace w.safetensors --tensor workload \\
       --peers torch-gloo-sparse,torch-gloo-dense --iters 5 --warmup 1 --out r0.json
 """
@@ -115,9 +115,15 @@ def measure(torch, dist, peer, local, shape, checker, args):
     index = torch.from_numpy(np.array(ids, dtype=np.int64)).reshape(1, -1)
     values = torch.from_numpy(np.array(vals, dtype=np.float32))  # writable copy
 
+    # The trace's ids are sorted and unique: coalesced, no invariant check
+    # (torch 2.x warns when the check is left implicit; 1.13 has no such flag).
+    unchecked = ({"check_invariants": False}
+                 if hasattr(torch.sparse, "check_sparse_tensor_invariants") else {})
+
     def make():
         if peer == "torch-gloo-sparse":
-            return torch.sparse_coo_tensor(index, values.clone(), (rows, width))._coalesced_(True)
+            return torch.sparse_coo_tensor(index, values.clone(), (rows, width),
+                                           **unchecked)._coalesced_(True)
         t = torch.zeros(rows, width, dtype=torch.float32)
         t[index[0]] = values
         return t
