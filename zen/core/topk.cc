@@ -1,0 +1,376 @@
+// zen/core/topk.cc — see topk.h.
+#include "zen/core/topk.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "zen/core/checked.h"
+
+namespace zen {
+namespace {
+
+inline uint32_t Key(float x) { return std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
+
+// Radix levels over the 31 bits of |x|: shift of each level's digit and its
+// width. A key's prefix after level L is key >> kShift[L].
+constexpr int kLevels = 3;
+constexpr std::array<int, kLevels> kShift = {20, 9, 0};
+constexpr std::array<int, kLevels> kBits = {11, 11, 9};
+constexpr size_t kBuckets = size_t{1} << 11;
+
+// A non-owning callable reference: no allocation when a call hands work to
+// the pool.
+class FnRef {
+ public:
+  template <typename F>
+  explicit FnRef(F& f)
+      : obj_(&f), call_([](void* o, int part) { (*static_cast<F*>(o))(part); }) {}
+  void operator()(int part) const { call_(obj_, part); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int);
+};
+
+// threads - 1 persistent workers; Run(parts, fn) calls fn(0..parts-1), the
+// last part on the calling thread, and returns when all are done.
+class Pool {
+ public:
+  explicit Pool(int threads) {
+    for (int i = 0; i + 1 < threads; ++i) workers_.emplace_back([this, i] { Loop(i); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  template <typename F>
+  void Run(int parts, F&& f) {
+    if (parts <= 1) {
+      if (parts == 1) f(0);
+      return;
+    }
+    FnRef fn(f);
+    {
+      std::lock_guard lock(mu_);
+      fn_ = &fn;
+      parts_ = parts;
+      pending_ = parts - 1;
+      ++generation_;
+    }
+    start_.notify_all();
+    std::exception_ptr mine;
+    try {
+      fn(parts - 1);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+    if (mine) std::rethrow_exception(mine);
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void Loop(int index) {
+    uint64_t seen = 0;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      if (index >= parts_ - 1) continue;  // not needed for this call
+      const FnRef* fn = fn_;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        (*fn)(index);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error && !error_) error_ = error;
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable start_, done_;
+  std::vector<std::thread> workers_;
+  const FnRef* fn_ = nullptr;
+  int parts_ = 0;
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+struct Part {
+  size_t begin = 0, end = 0;
+  std::array<size_t, kBuckets> hist{};
+  size_t above = 0;  // selected: prefix strictly above the boundary
+  size_t quota = 0;  // selected among keys with the boundary prefix
+  size_t offset = 0; // first output slot
+};
+
+// Histogram of the level-`level` digit of the keys in [begin, end) whose
+// prefix above that digit equals `prefix`.
+void Histogram(const float* data, Part& part, int level, uint32_t prefix) {
+  part.hist.fill(0);
+  const int shift = kShift[level];
+  const uint32_t mask = (1u << kBits[level]) - 1;
+  // Two interleaved uint32 tables (L1-resident) against store-to-load
+  // stalls on runs of one bucket, flushed every 2^30 elements.
+  std::array<std::array<uint32_t, kBuckets>, 2> h;
+  constexpr size_t kBlock = size_t{1} << 30;
+  for (size_t b = part.begin; b < part.end; b += kBlock) {
+    const size_t e = std::min(part.end, b + kBlock);
+    h[0].fill(0);
+    h[1].fill(0);
+    if (level == 0) {
+      size_t i = b;
+      for (; i + 2 <= e; i += 2) {
+        ++h[0][Key(data[i]) >> shift];
+        ++h[1][Key(data[i + 1]) >> shift];
+      }
+      if (i < e) ++h[0][Key(data[i]) >> shift];
+    } else {
+      const int above = kShift[level - 1];
+      for (size_t i = b; i < e; ++i) {
+        const uint32_t key = Key(data[i]);
+        if ((key >> above) == prefix) ++h[0][(key >> shift) & mask];
+      }
+    }
+    for (size_t j = 0; j < kBuckets; ++j) part.hist[j] += size_t{h[0][j]} + h[1][j];
+  }
+}
+
+// Writes the selected values of one part: prefix (key >> shift) above
+// `prefix`, and the first part.quota ones equal to it; zeroes them in data.
+void Collect(float* data, const Part& part, int shift, uint32_t prefix, int64_t* ids,
+             float* values) {
+  size_t out = part.offset;
+  size_t quota = part.quota;
+  for (size_t i = part.begin; i < part.end; ++i) {
+    const float x = data[i];
+    const uint32_t hi = Key(x) >> shift;
+    if (hi > prefix || (hi == prefix && quota > 0)) {
+      if (hi == prefix) --quota;
+      ids[out] = static_cast<int64_t>(i);
+      values[out] = x;
+      data[i] = 0.0f;
+      ++out;
+    }
+  }
+}
+
+}  // namespace
+
+struct TopKSelector::Impl {
+  explicit Impl(int threads) : pool(threads), parts(static_cast<size_t>(threads)) {}
+  Pool pool;
+  std::vector<Part> parts;
+  std::vector<uint32_t> sample;
+  uint64_t rng = 0;
+
+  int Split(size_t n) {
+    const int count = n < kParallelMin ? 1 : pool.size();
+    for (int t = 0; t < count; ++t) {
+      parts[static_cast<size_t>(t)].begin = n * static_cast<size_t>(t) / static_cast<size_t>(count);
+      parts[static_cast<size_t>(t)].end =
+          n * static_cast<size_t>(t + 1) / static_cast<size_t>(count);
+    }
+    return count;
+  }
+
+  // Output offsets from above + quota, in part order (ascending indices).
+  size_t Offsets(int count) {
+    size_t at = 0;
+    for (int t = 0; t < count; ++t) {
+      Part& p = parts[static_cast<size_t>(t)];
+      p.offset = at;
+      at += p.above + p.quota;
+    }
+    return at;
+  }
+
+  uint64_t Next() {  // splitmix64
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+size_t TopKCount(size_t n, double ratio, const Where& where) {
+  if (!(ratio >= 0.0 && ratio <= 1.0)) {
+    throw InvalidArgument(where, "top-k ratio must lie in [0, 1], got ", ratio);
+  }
+  if (ratio == 0.0 || n == 0) return 0;
+  // long double keeps n exact up to 2^64; the product is at most n.
+  // ceil, except that a product within rounding error of an integer is that
+  // integer (0.01 * 3e9 is 30000000.0000000006 in binary).
+  const long double x = static_cast<long double>(n) * static_cast<long double>(ratio);
+  const long double near = std::nearbyint(x);
+  const long double k = std::fabs(x - near) <= x * 1e-15L ? near : std::ceil(x);
+  if (k >= static_cast<long double>(n)) return n;
+  return std::max<size_t>(1, static_cast<size_t>(k));
+}
+
+TopKSelector::TopKSelector(int threads, TopKOptions options)
+    : threads_(threads > 0 ? threads
+                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+      options_(options),
+      impl_(std::make_unique<Impl>(threads_)) {
+  impl_->rng = options_.seed;
+}
+
+TopKSelector::~TopKSelector() = default;
+
+size_t TopKSelector::Select(std::span<float> data, size_t k, std::span<int64_t> ids,
+                            std::span<float> values, const Where& where) {
+  const size_t n = data.size();
+  k = std::min(k, n);
+  if (ids.size() != values.size()) {
+    throw InvalidArgument(where, "top-k outputs differ in length: ", ids.size(), " ids, ",
+                          values.size(), " values");
+  }
+  if (ids.size() < k) {
+    throw InvalidArgument(where, "top-k outputs hold ", ids.size(), " entries, k is ", k,
+                          " (of ", n, " values)");
+  }
+  // Indices are int64 on the wire: n itself must fit.
+  if (n > static_cast<size_t>(INT64_MAX)) {
+    throw InvalidArgument(where, "top-k input of ", n, " values exceeds int64 indices");
+  }
+  stats_ = Stats{};
+  stats_.k = k;
+  if (k == 0) return 0;
+  if (k == n) {
+    for (size_t i = 0; i < n; ++i) {
+      ids[i] = static_cast<int64_t>(i);
+      values[i] = data[i];
+    }
+    std::fill(data.begin(), data.end(), 0.0f);
+    stats_.selected = n;
+    return n;
+  }
+  if (options_.method == TopKMethod::kSampled) return SelectSampled(data, k, ids, values);
+  return SelectExact(data, k, ids, values);
+}
+
+size_t TopKSelector::SelectExact(std::span<float> data, size_t k, std::span<int64_t> ids,
+                                 std::span<float> values) {
+  Impl& im = *impl_;
+  const int count = im.Split(data.size());
+  float* d = data.data();
+  uint32_t prefix = 0;  // key >> kShift[level] of the boundary bucket
+  size_t need = k;      // still to take among keys with that prefix
+  int level = 0;
+  for (int t = 0; t < count; ++t) im.parts[static_cast<size_t>(t)].above = 0;
+  for (;; ++level) {
+    const uint32_t parent = prefix;
+    im.pool.Run(count, [&](int t) { Histogram(d, im.parts[static_cast<size_t>(t)], level, parent); });
+    std::array<size_t, kBuckets> total{};
+    for (int t = 0; t < count; ++t)
+      for (size_t j = 0; j < kBuckets; ++j) total[j] += im.parts[static_cast<size_t>(t)].hist[j];
+    size_t above = 0;
+    size_t b = kBuckets;
+    while (b-- > 0) {
+      if (above + total[b] >= need) break;
+      above += total[b];
+    }
+    // b is the boundary digit: buckets above it are taken whole.
+    for (int t = 0; t < count; ++t) {
+      Part& p = im.parts[static_cast<size_t>(t)];
+      for (size_t j = b + 1; j < kBuckets; ++j) p.above += p.hist[j];
+      p.quota = p.hist[b];
+    }
+    need -= above;
+    prefix = (parent << kBits[level]) | static_cast<uint32_t>(b);
+    if (need == total[b]) break;  // the whole bucket: quotas are its counts
+    if (level + 1 == kLevels) {   // equal keys: lowest indices first
+      size_t left = need;
+      for (int t = 0; t < count; ++t) {
+        Part& p = im.parts[static_cast<size_t>(t)];
+        p.quota = std::min(p.quota, left);
+        left -= p.quota;
+      }
+      break;
+    }
+  }
+  const size_t got = im.Offsets(count);
+  const int shift = kShift[level];
+  im.pool.Run(count, [&](int t) {
+    Collect(d, im.parts[static_cast<size_t>(t)], shift, prefix, ids.data(), values.data());
+  });
+  stats_.selected = got;
+  stats_.threshold = prefix << shift;
+  return got;
+}
+
+size_t TopKSelector::SelectSampled(std::span<float> data, size_t k, std::span<int64_t> ids,
+                                   std::span<float> values) {
+  Impl& im = *impl_;
+  const size_t n = data.size();
+  const double want = options_.sample_fraction * static_cast<double>(n);
+  // At least min_sample_selected sample values above the threshold: the
+  // count's relative spread is about 1 / sqrt(that).
+  const long double for_k = std::ceil(static_cast<long double>(options_.min_sample_selected) *
+                                      static_cast<long double>(n) / static_cast<long double>(k));
+  size_t s = std::max(options_.min_sample, want > 0 ? static_cast<size_t>(want) : size_t{0});
+  if (for_k < static_cast<long double>(n)) s = std::max(s, static_cast<size_t>(for_k));
+  s = std::clamp<size_t>(s, 1, n);
+  const size_t stride = n / s;
+  const size_t start = static_cast<size_t>(im.Next() % stride);
+  im.sample.resize(s);
+  for (size_t j = 0; j < s; ++j) im.sample[j] = Key(data[start + j * stride]);
+  // The ks-th largest key of the sample: ks / s == k / n, rounded up.
+  const size_t ks = std::clamp<size_t>(
+      static_cast<size_t>(std::ceil(static_cast<long double>(k) * s / static_cast<long double>(n))),
+      1, s);
+  std::nth_element(im.sample.begin(), im.sample.begin() + static_cast<std::ptrdiff_t>(ks - 1),
+                   im.sample.end(), std::greater<>());
+  // A zero threshold means more than k/n of the sample is zero: take the
+  // non-zeros then, never zeros.
+  const uint32_t threshold = std::max<uint32_t>(im.sample[ks - 1], 1);
+  const int count = im.Split(n);
+  const float* cd = data.data();
+  im.pool.Run(count, [&](int t) {
+    Part& p = im.parts[static_cast<size_t>(t)];
+    size_t c = 0;
+    for (size_t i = p.begin; i < p.end; ++i) c += Key(cd[i]) >= threshold;
+    p.above = c;
+    p.quota = 0;
+  });
+  const size_t total = im.Offsets(count);
+  if (total > ids.size()) {
+    const size_t exact = SelectExact(data, k, ids, values);
+    stats_.fell_back = true;
+    return exact;
+  }
+  float* d = data.data();
+  // key >= threshold  <=>  key > threshold - 1.
+  im.pool.Run(count, [&](int t) {
+    Collect(d, im.parts[static_cast<size_t>(t)], 0, threshold - 1, ids.data(), values.data());
+  });
+  stats_.selected = total;
+  stats_.threshold = threshold;
+  return total;
+}
+
+}  // namespace zen
