@@ -161,21 +161,26 @@ void Histogram(const float* data, Part& part, int level, uint32_t prefix) {
 
 // Writes the selected values of one part: prefix (key >> shift) above
 // `prefix`, and the first part.quota ones equal to it; zeroes them in data.
+// Branch-free: every element is written to the next output slot, which only
+// advances when it is taken; the loop ends when the part's slots are full,
+// so no write leaves them.
 void Collect(float* data, const Part& part, int shift, uint32_t prefix, int64_t* ids,
              float* values) {
-  size_t out = part.offset;
+  const size_t first = part.offset;
+  const size_t last = part.offset + part.above + part.quota;
+  size_t out = first;
   size_t quota = part.quota;
-  for (size_t i = part.begin; i < part.end; ++i) {
+  for (size_t i = part.begin; i < part.end && out < last; ++i) {
     const float x = data[i];
     const uint32_t hi = Key(x) >> shift;
-    if (hi > prefix || (hi == prefix && quota > 0)) {
-      if (hi == prefix) --quota;
-      ids[out] = static_cast<int64_t>(i);
-      values[out] = x;
-      data[i] = 0.0f;
-      ++out;
-    }
+    const size_t eq = hi == prefix;
+    const size_t take = static_cast<size_t>(hi > prefix) | (eq & static_cast<size_t>(quota > 0));
+    ids[out] = static_cast<int64_t>(i);
+    values[out] = x;
+    out += take;
+    quota -= eq & take;
   }
+  for (size_t j = first; j < last; ++j) data[static_cast<size_t>(ids[j])] = 0.0f;
 }
 
 }  // namespace
