@@ -5,6 +5,7 @@
 //   BindComm     zen.Communicator and connect()/connect_url()
 //   BindSchemes  the registry and zen.Scheme (sync, sync_dense, reject)
 //   BindEngine   zen.Context and zen.Handle (asynchronous, batched calls)
+//   BindTopk     zen.TopKSelector and topk_count (top-k with error feedback)
 //
 // The pure-Python layer (python/zen/torch.py) is what users call; this module
 // works on numpy arrays so that it needs no libtorch headers.
@@ -18,5 +19,6 @@ void BindErrors(pybind11::module_& m);
 void BindComm(pybind11::module_& m);
 void BindSchemes(pybind11::module_& m);
 void BindEngine(pybind11::module_& m);
+void BindTopk(pybind11::module_& m);
 
 }  // namespace zen::python

@@ -7,4 +7,5 @@ PYBIND11_MODULE(_zen, m) {
   zen::python::BindComm(m);
   zen::python::BindSchemes(m);
   zen::python::BindEngine(m);
+  zen::python::BindTopk(m);
 }
