@@ -197,11 +197,14 @@ def _dense_pg(state, bucket):
     record["fraction"] = record["values_sent"] / max(1, record["values_total"])
     record["buckets"] += 1
     t0 = time.perf_counter()
+    # Scaled by 1/world before the sum, as DDP's own reducer does (a multiply
+    # by the wrapped scalar 1/world): bit-identical to plain DDP.
+    buffer.mul_(1.0 / world)
     fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
 
     def done(f):
         record["sync_s"] += time.perf_counter() - t0
-        return f.value()[0].div_(world)
+        return f.value()[0]
 
     return fut.then(done)
 
