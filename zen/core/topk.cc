@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <condition_variable>
@@ -190,6 +191,10 @@ struct TopKSelector::Impl {
   Pool pool;
   std::vector<Part> parts;
   std::vector<uint32_t> sample;
+  std::vector<uint32_t> candidates, sorted;  // keys of the boundary bucket
+  std::vector<int64_t> cand_ids;            // SelectExactBySample's candidates
+  std::vector<float> cand_values;
+  std::vector<size_t> cand_count;
   uint64_t rng = 0;
 
   int Split(size_t n) {
@@ -278,9 +283,170 @@ size_t TopKSelector::Select(std::span<float> data, size_t k, std::span<int64_t> 
   return SelectExact(data, k, ids, values);
 }
 
+uint32_t TopKSelector::ResolveCandidates(std::span<float> data, int count, uint32_t bucket,
+                                         size_t candidates, size_t need) {
+  Impl& im = *impl_;
+  im.candidates.resize(candidates);
+  im.sorted.resize(candidates);
+  size_t at = 0;
+  for (int t = 0; t < count; ++t) {
+    Part& p = im.parts[static_cast<size_t>(t)];
+    p.offset = at;  // into candidates; Offsets() resets it for the outputs
+    at += p.hist[bucket];
+  }
+  const float* d = data.data();
+  const int shift = kShift[0];
+  im.pool.Run(count, [&](int t) {
+    const Part& p = im.parts[static_cast<size_t>(t)];
+    uint32_t* out = im.candidates.data() + p.offset;
+    size_t j = 0;
+    const size_t last = p.hist[bucket];
+    for (size_t i = p.begin; i < p.end && j < last; ++i) {
+      const uint32_t key = Key(d[i]);
+      out[j] = key;
+      j += (key >> shift) == bucket;
+    }
+  });
+  // The need-th largest candidate key is the boundary.
+  std::copy(im.candidates.begin(), im.candidates.end(), im.sorted.begin());
+  std::nth_element(im.sorted.begin(), im.sorted.begin() + static_cast<std::ptrdiff_t>(need - 1),
+                   im.sorted.end(), std::greater<>());
+  const uint32_t boundary = im.sorted[need - 1];
+  size_t left = need;
+  for (int t = 0; t < count; ++t) {  // above first, then ties lowest-first
+    Part& p = im.parts[static_cast<size_t>(t)];
+    const uint32_t* c = im.candidates.data() + p.offset;
+    size_t gt = 0;
+    for (size_t j = 0; j < p.hist[bucket]; ++j) gt += c[j] > boundary;
+    p.above += gt;
+    left -= gt;
+  }
+  for (int t = 0; t < count; ++t) {
+    Part& p = im.parts[static_cast<size_t>(t)];
+    const uint32_t* c = im.candidates.data() + p.offset;
+    size_t eq = 0;
+    for (size_t j = 0; j < p.hist[bucket]; ++j) eq += c[j] == boundary;
+    p.quota = std::min(eq, left);
+    left -= p.quota;
+  }
+  return boundary;
+}
+
+size_t TopKSelector::SampleSize(size_t n, size_t k) const {
+  const double want = options_.sample_fraction * static_cast<double>(n);
+  // At least min_sample_selected sample values above the threshold: the
+  // count's relative spread is about 1 / sqrt(that).
+  const long double for_k = std::ceil(static_cast<long double>(options_.min_sample_selected) *
+                                      static_cast<long double>(n) / static_cast<long double>(k));
+  size_t s = std::max(options_.min_sample, want > 0 ? static_cast<size_t>(want) : size_t{0});
+  if (for_k < static_cast<long double>(n)) s = std::max(s, static_cast<size_t>(for_k));
+  return std::clamp<size_t>(s, 1, n);
+}
+
+// The `rank`-th largest key (1-based) of a strided sample of s positions.
+uint32_t TopKSelector::SampleKey(std::span<const float> data, size_t s, size_t rank) {
+  Impl& im = *impl_;
+  const size_t n = data.size();
+  const size_t stride = n / s;
+  const size_t start = static_cast<size_t>(im.Next() % stride);
+  im.sample.resize(s);
+  for (size_t j = 0; j < s; ++j) im.sample[j] = Key(data[start + j * stride]);
+  rank = std::clamp<size_t>(rank, 1, s);
+  std::nth_element(im.sample.begin(), im.sample.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+                   im.sample.end(), std::greater<>());
+  return im.sample[rank - 1];
+}
+
+// Exact top-k in one pass over data when a sample predicts the boundary: a
+// threshold a little below the sample's estimate of the k-th largest |x|
+// gathers about 1.3 k candidates (indices and values, in index order); the
+// exact boundary is found among them. Returns false (nothing written, data
+// untouched) when the candidates are fewer than k or overflow their room
+// (about 2k): then the radix select runs.
+bool TopKSelector::SelectExactBySample(std::span<float> data, size_t k, std::span<int64_t> ids,
+                                       std::span<float> values) {
+  Impl& im = *impl_;
+  const size_t n = data.size();
+  const size_t s = SampleSize(n, k);
+  if (s > n / 16) return false;  // a sample that large costs more than it saves
+  const long double ks = static_cast<long double>(k) * s / static_cast<long double>(n);
+  const size_t rank = static_cast<size_t>(std::ceil(ks * 1.3L + 3.0L * std::sqrt(ks) + 8.0L));
+  if (rank >= s) return false;
+  const uint32_t low = std::max<uint32_t>(SampleKey(data, s, rank), 1);
+  const int count = im.Split(n);
+  const size_t room = std::min(n, 2 * k + 1024);
+  size_t base = 0;
+  for (int t = 0; t < count; ++t) {
+    Part& p = im.parts[static_cast<size_t>(t)];
+    p.offset = base;
+    // Room in proportion to the part's length, plus slack.
+    p.quota = room * (p.end - p.begin) / n + 256;  // reused: the part's room
+    base += p.quota;
+  }
+  im.cand_ids.resize(base);
+  im.cand_values.resize(base);
+  im.cand_count.assign(static_cast<size_t>(count), 0);
+  std::atomic<bool> overflow{false};
+  const float* d = data.data();
+  im.pool.Run(count, [&](int t) {
+    const Part& p = im.parts[static_cast<size_t>(t)];
+    int64_t* ci = im.cand_ids.data() + p.offset;
+    float* cv = im.cand_values.data() + p.offset;
+    size_t out = 0;
+    size_t i = p.begin;
+    for (; i < p.end && out < p.quota; ++i) {
+      const float x = d[i];
+      ci[out] = static_cast<int64_t>(i);
+      cv[out] = x;
+      out += Key(x) >= low;
+    }
+    im.cand_count[static_cast<size_t>(t)] = out;
+    if (out == p.quota && i < p.end) overflow.store(true, std::memory_order_relaxed);
+  });
+  size_t total = 0;
+  for (int t = 0; t < count; ++t) total += im.cand_count[static_cast<size_t>(t)];
+  if (overflow || total < k) return false;
+  im.sorted.resize(total);
+  size_t at = 0;
+  for (int t = 0; t < count; ++t) {
+    const Part& p = im.parts[static_cast<size_t>(t)];
+    for (size_t j = 0; j < im.cand_count[static_cast<size_t>(t)]; ++j)
+      im.sorted[at++] = Key(im.cand_values[p.offset + j]);
+  }
+  std::nth_element(im.sorted.begin(), im.sorted.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                   im.sorted.end(), std::greater<>());
+  const uint32_t boundary = im.sorted[k - 1];
+  size_t ties = k;  // k minus the candidates strictly above the boundary
+  for (size_t j = 0; j < total; ++j) ties -= im.sorted[j] > boundary;
+  size_t out = 0;
+  for (int t = 0; t < count; ++t) {
+    const Part& p = im.parts[static_cast<size_t>(t)];
+    for (size_t j = 0; j < im.cand_count[static_cast<size_t>(t)]; ++j) {
+      const float x = im.cand_values[p.offset + j];
+      const uint32_t key = Key(x);
+      if (key > boundary || (key == boundary && ties > 0)) {
+        if (key == boundary) --ties;
+        const int64_t i = im.cand_ids[p.offset + j];
+        ids[out] = i;
+        values[out] = x;
+        data[static_cast<size_t>(i)] = 0.0f;
+        ++out;
+      }
+    }
+  }
+  stats_.selected = out;
+  stats_.threshold = boundary;
+  stats_.one_pass = true;
+  return true;
+}
+
 size_t TopKSelector::SelectExact(std::span<float> data, size_t k, std::span<int64_t> ids,
                                  std::span<float> values) {
   Impl& im = *impl_;
+  if (data.size() >= kParallelMin && k <= data.size() / 8 &&
+      SelectExactBySample(data, k, ids, values)) {
+    return stats_.selected;
+  }
   const int count = im.Split(data.size());
   float* d = data.data();
   uint32_t prefix = 0;  // key >> kShift[level] of the boundary bucket
@@ -308,6 +474,13 @@ size_t TopKSelector::SelectExact(std::span<float> data, size_t k, std::span<int6
     need -= above;
     prefix = (parent << kBits[level]) | static_cast<uint32_t>(b);
     if (need == total[b]) break;  // the whole bucket: quotas are its counts
+    if (level == 0 && total[b] <= std::max<size_t>(data.size() / 16, 4096)) {
+      // A small boundary bucket: gather its keys in one pass and find the
+      // exact boundary among them (3 passes over data instead of 4).
+      prefix = ResolveCandidates(data, count, static_cast<uint32_t>(b), total[b], need);
+      level = kLevels - 1;
+      break;
+    }
     if (level + 1 == kLevels) {   // equal keys: lowest indices first
       size_t left = need;
       for (int t = 0; t < count; ++t) {
@@ -332,27 +505,14 @@ size_t TopKSelector::SelectSampled(std::span<float> data, size_t k, std::span<in
                                    std::span<float> values) {
   Impl& im = *impl_;
   const size_t n = data.size();
-  const double want = options_.sample_fraction * static_cast<double>(n);
-  // At least min_sample_selected sample values above the threshold: the
-  // count's relative spread is about 1 / sqrt(that).
-  const long double for_k = std::ceil(static_cast<long double>(options_.min_sample_selected) *
-                                      static_cast<long double>(n) / static_cast<long double>(k));
-  size_t s = std::max(options_.min_sample, want > 0 ? static_cast<size_t>(want) : size_t{0});
-  if (for_k < static_cast<long double>(n)) s = std::max(s, static_cast<size_t>(for_k));
-  s = std::clamp<size_t>(s, 1, n);
-  const size_t stride = n / s;
-  const size_t start = static_cast<size_t>(im.Next() % stride);
-  im.sample.resize(s);
-  for (size_t j = 0; j < s; ++j) im.sample[j] = Key(data[start + j * stride]);
+  const size_t s = SampleSize(n, k);
   // The ks-th largest key of the sample: ks / s == k / n, rounded up.
-  const size_t ks = std::clamp<size_t>(
-      static_cast<size_t>(std::ceil(static_cast<long double>(k) * s / static_cast<long double>(n))),
-      1, s);
-  std::nth_element(im.sample.begin(), im.sample.begin() + static_cast<std::ptrdiff_t>(ks - 1),
-                   im.sample.end(), std::greater<>());
+  const size_t ks = static_cast<size_t>(
+      std::ceil(static_cast<long double>(k) * s / static_cast<long double>(n)));
+  const uint32_t estimate = SampleKey(data, s, ks);
   // A zero threshold means more than k/n of the sample is zero: take the
   // non-zeros then, never zeros.
-  const uint32_t threshold = std::max<uint32_t>(im.sample[ks - 1], 1);
+  const uint32_t threshold = std::max<uint32_t>(estimate, 1);
   const int count = im.Split(n);
   const float* cd = data.data();
   im.pool.Run(count, [&](int t) {

@@ -10,9 +10,20 @@
 //
 // Two methods:
 //   kExact    exactly min(k, n) values: a radix select on the bit patterns
-//             of |x| (11 + 11 + 9 bits; a level is skipped when its bucket
-//             is taken whole), then one pass that collects. Four passes over
-//             `data` at most, no sort, no copy of `data`.
+//             of |x|: a histogram of the top 11 bits; when the boundary
+//             bucket holds at most n/16 values (a gradient's usual case:
+//             the bucket spans 1/8 of an octave), one pass gathers its keys
+//             and nth_element finds the exact boundary among them; else two
+//             more histogram passes (11 + 9 bits) narrow it. Then one pass
+//             collects. 3 passes over `data` (4 at most), no sort, no copy
+//             of `data`; scratch of at most n/16 keys x 2, kept between calls.
+//             Before that, for n >= kParallelMin and k <= n/8, a faster path
+//             is tried: a sample (as kSampled) sets a threshold a little
+//             below the k-th largest |x|, ONE pass gathers the ~1.3k values
+//             above it (indices and values, room for 2k + 1024), and the
+//             exact boundary is found among them; when the sample misjudged
+//             (fewer than k gathered, or no room) the radix select runs.
+//             Either way the result is the exact top-k.
 //   kSampled  DGC's estimate: the k*s/n-th largest |x| of a strided sample
 //             of s positions (random offset) is the threshold, one pass
 //             counts |x| >= threshold, one collects them. The count lands
@@ -83,6 +94,7 @@ class TopKSelector {
     size_t k = 0;             // min(k, n) asked
     uint32_t threshold = 0;   // bit pattern of a lower bound of the |x| selected
     bool fell_back = false;   // kSampled: too many above the estimate
+    bool one_pass = false;    // kExact: the sample-guided one-pass path ran
   };
 
   static constexpr size_t kParallelMin = size_t{1} << 16;
@@ -110,6 +122,12 @@ class TopKSelector {
   struct Impl;
   size_t SelectExact(std::span<float> data, size_t k, std::span<int64_t> ids,
                      std::span<float> values);
+  size_t SampleSize(size_t n, size_t k) const;
+  uint32_t SampleKey(std::span<const float> data, size_t s, size_t rank);
+  bool SelectExactBySample(std::span<float> data, size_t k, std::span<int64_t> ids,
+                           std::span<float> values);
+  uint32_t ResolveCandidates(std::span<float> data, int count, uint32_t bucket,
+                             size_t candidates, size_t need);
   size_t SelectSampled(std::span<float> data, size_t k, std::span<int64_t> ids,
                        std::span<float> values);
 

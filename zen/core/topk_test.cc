@@ -135,6 +135,30 @@ TEST(TopK, NanRanksAboveInfinityAndIsAlwaysSent) {
   EXPECT_TRUE(std::isnan(values[0]) && std::isnan(values[1]));
 }
 
+TEST(TopK, ExactOnePassPathWithTiesAndNanMatchesReference) {
+  // Large enough that the sample-guided one-pass path runs (k = 1% of 1M);
+  // runs of equal values and NaN/inf on the way.
+  auto input = Gaussian(1'000'000, 21);
+  for (size_t i = 7; i < input.size(); i += 7) input[i] = input[i - 1];
+  input[123] = std::numeric_limits<float>::quiet_NaN();
+  input[999'999] = -std::numeric_limits<float>::infinity();
+  for (int threads : {1, 3}) {
+    TopKSelector sel(threads);
+    for (size_t k : {size_t{10'000}, size_t{50'000}}) {
+      SCOPED_TRACE(testing::Message() << "threads " << threads << " k " << k);
+      CheckExact(sel, input, k);
+      EXPECT_TRUE(sel.stats().one_pass);
+    }
+  }
+  // Ties over an eighth of the values: the one-pass path overflows its room
+  // and the radix select gives the same exact answer.
+  TopKSelector sel(2);
+  std::vector<float> steps(1'000'000);
+  for (size_t i = 0; i < steps.size(); ++i) steps[i] = static_cast<float>(i % 8);
+  CheckExact(sel, steps, 10'000);
+  EXPECT_FALSE(sel.stats().one_pass);
+}
+
 TEST(TopK, ZeroAllAndMoreThanAll) {
   const auto input = Gaussian(1000, 3);
   TopKSelector sel(2);
