@@ -72,6 +72,8 @@ def parse_args():
     p.add_argument("--max-paragraphs", type=int, default=20000)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scheme", default=None,
+                   help="zen scheme of the sparsified items (default: zen's default, auto)")
     p.add_argument("--out", default=None)
     return p.parse_args()
 
@@ -126,7 +128,7 @@ def main():
         state = None
         if mode != "dense":
             state = TopKState(ratio=args.ratio, warmup_steps=args.warmup, ramp_steps=args.ramp,
-                              module=model, error_feedback=(mode == "topk"))
+                              module=model, error_feedback=(mode == "topk"), scheme=args.scheme)
             ddp.register_comm_hook(state, topk_hook)
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         losses, t0 = [], time.time()

@@ -82,11 +82,15 @@ class TopKState:
             items' names across ranks).
         threads: threads of the selector (a persistent pool).
         keep_stats: how many steps of stats to keep (None: all).
+        scheme: zen scheme id for the sparsified items (default: the
+            ZenState's, e.g. 'auto', whose cost model may pick a dense
+            allreduce for them when the union of the ranks' selections is
+            dense enough; 'zen' keeps them sparse on the wire).
     """
 
     def __init__(self, ratio=0.01, *, warmup_steps=0, ramp_steps=0, dense_params=(),
                  min_numel=1024, momentum=None, exact=True, error_feedback=True,
-                 zen_state=None, module=None, threads=1, keep_stats=None):
+                 zen_state=None, module=None, threads=1, keep_stats=None, scheme=None):
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"zen: TopKState ratio must lie in (0, 1], got {ratio}")
         if warmup_steps < 0 or ramp_steps < 0:
@@ -101,6 +105,7 @@ class TopKState:
         self.exact = exact
         self.error_feedback = error_feedback
         self.keep_stats = keep_stats
+        self.scheme = scheme
         self._zen_state = zen_state
         self.selector = zen.TopKSelector(threads, method="exact" if exact else "sampled")
         self.step = 0
@@ -273,7 +278,8 @@ def _sparse_bucket(state, bucket, ratio):
             state.velocities[key][ids] = 0.0  # DGC's momentum factor masking
         if not state.error_feedback:
             acc.fill(0.0)
-        items.append(("sparse", name, n, 1, ids, values))
+        item = ("sparse", name, n, 1, ids, values)
+        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
         scatter.append((offset, n))
         sent += len(ids)
     record["select_s"] += time.perf_counter() - t_select
