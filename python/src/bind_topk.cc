@@ -39,11 +39,16 @@ TopKMethod ParseMethod(const std::string& method) {
 template <typename T>
 std::span<T> Writable(const py::array& a, const char* what) {
   if (!py::isinstance<py::array_t<T>>(a) || !a.dtype().is(py::dtype::of<T>())) {
-    throw InvalidArgument(Where{}, what, " must be a numpy ", py::str(py::dtype::of<T>()).cast<std::string>(),
-                          " array, got ", py::str(a.dtype()).cast<std::string>());
+    throw InvalidArgument(Where{}, what, " must be a numpy ",
+                          py::str(py::dtype::of<T>()).cast<std::string>(), " array, got ",
+                          py::str(a.dtype()).cast<std::string>());
   }
-  if (a.ndim() != 1) throw InvalidArgument(Where{}, what, " must be 1-D, got ", a.ndim(), " dimensions");
-  if (!(a.flags() & py::array::c_style)) throw InvalidArgument(Where{}, what, " must be contiguous");
+  if (a.ndim() != 1) {
+    throw InvalidArgument(Where{}, what, " must be 1-D, got ", a.ndim(), " dimensions");
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    throw InvalidArgument(Where{}, what, " must be contiguous");
+  }
   if (!a.writeable()) throw InvalidArgument(Where{}, what, " must be writable");
   return {static_cast<T*>(const_cast<void*>(a.data())), static_cast<size_t>(a.shape(0))};
 }
@@ -80,7 +85,7 @@ void BindTopk(py::module_& m) {
                            "Top-k selection by magnitude with error feedback (zen/core/topk.h).\n\n"
                            "select(data, k) picks the k values of largest |x| of a float32 array\n"
                            "(ties: lowest indices; NaN ranks above inf), returns (ids, values)\n"
-                           "with ids ascending, and zeroes them in data: data becomes the residual.\n"
+                           "with ids ascending, and zeroes them in data (the residual).\n"
                            "method='sampled' estimates the threshold from a sample (DGC): the\n"
                            "count lands near k. A persistent pool of threads - 1 workers.")
       .def(py::init([](int threads, const std::string& method, double sample_fraction,

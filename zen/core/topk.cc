@@ -455,7 +455,9 @@ size_t TopKSelector::SelectExact(std::span<float> data, size_t k, std::span<int6
   for (int t = 0; t < count; ++t) im.parts[static_cast<size_t>(t)].above = 0;
   for (;; ++level) {
     const uint32_t parent = prefix;
-    im.pool.Run(count, [&](int t) { Histogram(d, im.parts[static_cast<size_t>(t)], level, parent); });
+    im.pool.Run(count, [&](int t) {
+      Histogram(d, im.parts[static_cast<size_t>(t)], level, parent);
+    });
     std::array<size_t, kBuckets> total{};
     for (int t = 0; t < count; ++t)
       for (size_t j = 0; j < kBuckets; ++j) total[j] += im.parts[static_cast<size_t>(t)].hist[j];

@@ -30,9 +30,11 @@
 //             near k: the sample is large enough that about 256 of its
 //             values lie above the threshold, so the count's relative
 //             spread is about 6% (within +/-20% of k in topk_test.cc on
-//             Gaussian data; the benchmark's "selected/k" counter). When more values than the outputs hold
-//             reach the threshold, it falls back to kExact with k (the
-//             result is then exact; Stats::fell_back says so).
+//             Gaussian data; the benchmark's "selected/k" counter). When
+//             more values than the outputs hold reach the threshold, it
+//             falls back to kExact with k (the result is then exact;
+//             Stats::fell_back says so). Two passes: slower than kExact's
+//             one-pass path (docs/sections/sparsify.md).
 //
 // Ties: among equal |x| at the boundary the lowest indices win (so the
 // result is deterministic and independent of the thread count). +0 and -0
