@@ -25,9 +25,6 @@ namespace py = pybind11;
 namespace zen::python {
 namespace {
 
-using F32 = py::array_t<float, py::array::c_style>;
-using I64 = py::array_t<int64_t, py::array::c_style>;
-
 TopKMethod ParseMethod(const std::string& method) {
   if (method == "exact") return TopKMethod::kExact;
   if (method == "sampled") return TopKMethod::kSampled;
@@ -64,8 +61,11 @@ py::tuple Select(TopKSelector& sel, const py::array& data, size_t k, std::option
     // Room for the sampled threshold's overshoot; exact uses kk.
     size_t cap = kk;
     if (sel.options().method == TopKMethod::kSampled) cap = std::min(d.size(), kk + kk / 2 + 16);
-    ids = I64(static_cast<py::ssize_t>(cap));
-    values = F32(static_cast<py::ssize_t>(cap));
+    // Allocated by numpy itself: arrays that pybind11 builds (an older
+    // pybind11 under numpy 2) can carry wrong strides.
+    const py::object empty = py::module_::import("numpy").attr("empty");
+    ids = empty(cap, "int64").cast<py::array>();
+    values = empty(cap, "float32").cast<py::array>();
   }
   auto is = Writable<int64_t>(*ids, "ids");
   auto vs = Writable<float>(*values, "values");
