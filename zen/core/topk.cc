@@ -363,23 +363,18 @@ uint32_t TopKSelector::SampleKey(std::span<const float> data, size_t s, size_t r
 // exact boundary is found among them. Returns false (nothing written, data
 // untouched) when the candidates are fewer than k or overflow their room
 // (about 2k): then the radix select runs.
-bool TopKSelector::SelectExactBySample(std::span<float> data, size_t k, std::span<int64_t> ids,
-                                       std::span<float> values) {
+// Gathers (index, value) of every |x| with key >= low into the candidate
+// scratch, per part in index order, with room for about `room` in all
+// (split in proportion to the parts' lengths). False when a part runs out
+// of room (nothing is written to data either way).
+bool TopKSelector::Gather(std::span<const float> data, int count, uint32_t low, size_t room,
+                          size_t& total) {
   Impl& im = *impl_;
   const size_t n = data.size();
-  const size_t s = SampleSize(n, k);
-  if (s > n / 16) return false;  // a sample that large costs more than it saves
-  const long double ks = static_cast<long double>(k) * s / static_cast<long double>(n);
-  const size_t rank = static_cast<size_t>(std::ceil(ks * 1.3L + 3.0L * std::sqrt(ks) + 8.0L));
-  if (rank >= s) return false;
-  const uint32_t low = std::max<uint32_t>(SampleKey(data, s, rank), 1);
-  const int count = im.Split(n);
-  const size_t room = std::min(n, 2 * k + 1024);
   size_t base = 0;
   for (int t = 0; t < count; ++t) {
     Part& p = im.parts[static_cast<size_t>(t)];
     p.offset = base;
-    // Room in proportion to the part's length, plus slack.
     p.quota = room * (p.end - p.begin) / n + 256;  // reused: the part's room
     base += p.quota;
   }
@@ -403,9 +398,25 @@ bool TopKSelector::SelectExactBySample(std::span<float> data, size_t k, std::spa
     im.cand_count[static_cast<size_t>(t)] = out;
     if (out == p.quota && i < p.end) overflow.store(true, std::memory_order_relaxed);
   });
-  size_t total = 0;
+  total = 0;
   for (int t = 0; t < count; ++t) total += im.cand_count[static_cast<size_t>(t)];
-  if (overflow || total < k) return false;
+  return !overflow.load();
+}
+
+bool TopKSelector::SelectExactBySample(std::span<float> data, size_t k, std::span<int64_t> ids,
+                                       std::span<float> values) {
+  Impl& im = *impl_;
+  const size_t n = data.size();
+  const size_t s = SampleSize(n, k);
+  if (s > n / 16) return false;  // a sample that large costs more than it saves
+  const long double ks = static_cast<long double>(k) * s / static_cast<long double>(n);
+  const size_t rank = static_cast<size_t>(std::ceil(ks * 1.3L + 3.0L * std::sqrt(ks) + 8.0L));
+  if (rank >= s) return false;
+  const uint32_t low = std::max<uint32_t>(SampleKey(data, s, rank), 1);
+  const int count = im.Split(n);
+  size_t total = 0;
+  if (!Gather(data, count, low, std::min(n, 2 * k + 1024), total) || total < k) return false;
+
   im.sorted.resize(total);
   size_t at = 0;
   for (int t = 0; t < count; ++t) {
@@ -515,26 +526,25 @@ size_t TopKSelector::SelectSampled(std::span<float> data, size_t k, std::span<in
   // A zero threshold means more than k/n of the sample is zero: take the
   // non-zeros then, never zeros.
   const uint32_t threshold = std::max<uint32_t>(estimate, 1);
+  // One pass gathers everything at or above the threshold (room: the
+  // outputs); too many -> the exact selection of k.
   const int count = im.Split(n);
-  const float* cd = data.data();
-  im.pool.Run(count, [&](int t) {
-    Part& p = im.parts[static_cast<size_t>(t)];
-    size_t c = 0;
-    for (size_t i = p.begin; i < p.end; ++i) c += Key(cd[i]) >= threshold;
-    p.above = c;
-    p.quota = 0;
-  });
-  const size_t total = im.Offsets(count);
-  if (total > ids.size()) {
+  size_t total = 0;
+  if (!Gather(data, count, threshold, ids.size(), total) || total > ids.size()) {
     const size_t exact = SelectExact(data, k, ids, values);
     stats_.fell_back = true;
     return exact;
   }
-  float* d = data.data();
-  // key >= threshold  <=>  key > threshold - 1.
-  im.pool.Run(count, [&](int t) {
-    Collect(d, im.parts[static_cast<size_t>(t)], 0, threshold - 1, ids.data(), values.data());
-  });
+  size_t out = 0;
+  for (int t = 0; t < count; ++t) {
+    const Part& p = im.parts[static_cast<size_t>(t)];
+    for (size_t j = 0; j < im.cand_count[static_cast<size_t>(t)]; ++j, ++out) {
+      const int64_t i = im.cand_ids[p.offset + j];
+      ids[out] = i;
+      values[out] = im.cand_values[p.offset + j];
+      data[static_cast<size_t>(i)] = 0.0f;
+    }
+  }
   stats_.selected = total;
   stats_.threshold = threshold;
   return total;

@@ -25,16 +25,16 @@
 //             (fewer than k gathered, or no room) the radix select runs.
 //             Either way the result is the exact top-k.
 //   kSampled  DGC's estimate: the k*s/n-th largest |x| of a strided sample
-//             of s positions (random offset) is the threshold, one pass
-//             counts |x| >= threshold, one collects them. The count lands
-//             near k: the sample is large enough that about 256 of its
+//             of s positions (random offset) is the threshold; one pass
+//             gathers every |x| >= threshold (indices and values, room for
+//             as many as the outputs hold), then they are written out. The
+//             count lands near k: the sample is large enough that about 256 of its
 //             values lie above the threshold, so the count's relative
 //             spread is about 6% (within +/-20% of k in topk_test.cc on
 //             Gaussian data; the benchmark's "selected/k" counter). When
 //             more values than the outputs hold reach the threshold, it
 //             falls back to kExact with k (the result is then exact;
-//             Stats::fell_back says so). Two passes: slower than kExact's
-//             one-pass path (docs/sections/sparsify.md).
+//             Stats::fell_back says so).
 //
 // Ties: among equal |x| at the boundary the lowest indices win (so the
 // result is deterministic and independent of the thread count). +0 and -0
@@ -126,6 +126,7 @@ class TopKSelector {
                      std::span<float> values);
   size_t SampleSize(size_t n, size_t k) const;
   uint32_t SampleKey(std::span<const float> data, size_t s, size_t rank);
+  bool Gather(std::span<const float> data, int count, uint32_t low, size_t room, size_t& total);
   bool SelectExactBySample(std::span<float> data, size_t k, std::span<int64_t> ids,
                            std::span<float> values);
   uint32_t ResolveCandidates(std::span<float> data, int count, uint32_t bucket,
