@@ -15,6 +15,7 @@
 #include "zen/comm/mpi_communicator.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
 namespace {

@@ -6,6 +6,7 @@
 //   BindSchemes  the registry and zen.Scheme (sync, sync_dense, reject)
 //   BindEngine   zen.Context and zen.Handle (asynchronous, batched calls)
 //   BindTrace    zen.write_trace (zen-trace/1 files of recorded gradients)
+//   BindTopk     zen.TopKSelector and topk_count (top-k with error feedback)
 //
 // The pure-Python layer (python/zen/torch.py) is what users call; this module
 // works on numpy arrays so that it needs no libtorch headers.
@@ -20,5 +21,6 @@ void BindComm(pybind11::module_& m);
 void BindSchemes(pybind11::module_& m);
 void BindEngine(pybind11::module_& m);
 void BindTrace(pybind11::module_& m);
+void BindTopk(pybind11::module_& m);
 
 }  // namespace zen::python

@@ -13,4 +13,5 @@ PYBIND11_MODULE(_zen, m) {
   zen::python::BindSchemes(m);
   zen::python::BindEngine(m);
   zen::python::BindTrace(m);
+  zen::python::BindTopk(m);
 }

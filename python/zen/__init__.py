@@ -39,6 +39,7 @@ from zen._zen import (  # noqa: F401  (re-exported)
     write_trace,
 )
 
+from zen._zen import TopKSelector, topk_count  # noqa: F401,E402  (re-exported)
 for _cls in (Communicator, Context, Error, FormatError, Handle, MismatchError, Scheme,
              TransportError):
     _cls.__module__ = "zen"

@@ -45,7 +45,7 @@ from torch.distributed.constants import default_pg_timeout
 
 import zen
 
-__all__ = ["ZenState", "allreduce_", "comm_hook", "register"]
+__all__ = ["TopKState", "ZenState", "allreduce_", "comm_hook", "register", "topk_hook"]
 
 # Environment overrides (documented in docs/sections/pytorch.md).
 _ENV_SCHEME = "ZEN_SCHEME"
@@ -629,3 +629,8 @@ def register(ddp, **state_options):
 
 def _timedelta_seconds(value):
     return value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
+
+
+# Top-k sparsification with error feedback (python/zen/sparsify.py), under
+# the names users look for next to the other DDP hooks.
+from zen.sparsify import TopKState, topk_hook  # noqa: E402,F401

@@ -1,0 +1,261 @@
+"""One rank of the top-k hook tests (started by test_topk_hook.py).
+
+    topk_worker.py --rank R --world N --init file:///tmp/x --out DIR SCENARIO [SCENARIO ...]
+
+Each scenario writes DIR/<scenario>.<rank>.json: {"ok": true, "result": ...}
+or {"ok": false, "error": traceback}. References are independent of the
+hook: each rank's selection is recomputed with torch (a stable sort by |x|),
+its contribution summed with torch.distributed.all_reduce (Gloo), and plain
+DDP for the warm-up.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import zen
+import zen.torch
+from zen.sparsify import TopKState, topk_hook
+
+
+class FakeBucket:
+    """What topk_hook uses of torch's GradBucket, over a given flat buffer."""
+
+    def __init__(self, index, buffer, params, last=True):
+        self._index, self._buffer, self._params, self._last = index, buffer, params, last
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        return self._buffer
+
+    def parameters(self):
+        return self._params
+
+    def gradients(self):
+        out, offset = [], 0
+        for p in self._params:
+            out.append(self._buffer[offset:offset + p.numel()].view(p.shape))
+            offset += p.numel()
+        return out
+
+    def is_last(self):
+        return self._last
+
+
+def reference_topk(acc, k):
+    """Mask of the k largest |acc| (ties: lowest index), by a stable sort."""
+    order = torch.sort(acc.abs(), descending=True, stable=True).indices[:k]
+    mask = torch.zeros(acc.numel(), dtype=torch.bool)
+    mask[order] = True
+    return mask
+
+
+SHAPES = [(64, 40), (40,), (20, 30), (50, 50)]  # 2560 sparse, bias, 600 < min_numel, 2500
+
+
+def scenario_reference(rank, world, momentum=None, exact=True):
+    ratio, min_numel, warmup, steps = 0.05, 1000, 1, 5
+    torch.manual_seed(0)
+    params = [nn.Parameter(torch.zeros(s)) for s in SHAPES]
+    state = TopKState(ratio=ratio, warmup_steps=warmup, min_numel=min_numel, momentum=momentum,
+                      exact=exact, zen_state=zen.torch.ZenState())
+    n = sum(p.numel() for p in params)
+    res_ref = [torch.zeros(p.numel()) for p in params]
+    vel_ref = [torch.zeros(p.numel()) for p in params]
+    gen = torch.Generator().manual_seed(100 + rank)
+    checked = []
+    for step in range(steps):
+        grad = torch.randn(n, generator=gen) * (1 + rank)
+        buffer = grad.clone()
+        bucket = FakeBucket(0, buffer, params)
+        result = topk_hook(state, bucket).wait()
+        assert result is buffer or torch.equal(result, buffer)
+        contribution = torch.zeros(n)
+        offset = 0
+        if step < warmup and momentum is None:
+            expected = grad * (1.0 / world)  # as DDP's reducer: scaled, then summed
+            dist.all_reduce(expected)
+            assert torch.equal(result, expected), "warm-up step differs from allreduce/world"
+            assert not state.residuals, "warm-up kept a residual"
+            checked.append({"step": step, "mode": "warmup"})
+            continue
+        sent_values = 0
+        for j, p in enumerate(params):
+            g = grad[offset:offset + p.numel()]
+            if momentum is not None:
+                vel_ref[j].mul_(momentum).add_(g)
+                g = vel_ref[j].clone()
+            dense = p.dim() <= 1 or p.numel() < min_numel or step < warmup
+            if dense:
+                contribution[offset:offset + p.numel()] = g
+                sent_values += p.numel()
+            else:
+                acc = res_ref[j] + g
+                k = zen.topk_count(p.numel(), ratio)
+                residual = state.residual(p)
+                if exact:
+                    mask = reference_topk(acc, k)
+                    assert int(mask.sum()) == k
+                else:
+                    # Sampled: the hook's own choice, checked for consistency:
+                    # sent + residual == acc, and everything sent is at
+                    # least as large as everything kept.
+                    mask = residual == 0
+                    mask &= acc != 0
+                    assert 0.5 * k <= int(mask.sum()) <= 1.5 * k, (int(mask.sum()), k)
+                    assert acc[mask].abs().min() >= acc[~mask].abs().max()
+                sent = torch.where(mask, acc, torch.zeros(()))
+                kept = torch.where(mask, torch.zeros(()), acc)
+                assert torch.equal(residual, kept), f"step {step} param {j}: residual differs"
+                res_ref[j] = kept
+                if momentum is not None:
+                    vel_ref[j][mask] = 0.0
+                    assert torch.equal(torch.from_numpy(state.velocities[id(p)]), vel_ref[j])
+                contribution[offset:offset + p.numel()] = sent
+                sent_values += int(mask.sum())
+            offset += p.numel()
+        expected = contribution.clone()
+        dist.all_reduce(expected)
+        expected.div_(world)
+        # Summation order differs (zen vs Gloo): within 2 ulps of the largest
+        # contribution (|values| < 16 here, ulp 2^-19) after / world.
+        torch.testing.assert_close(result, expected, rtol=1e-6, atol=4e-6,
+                                   msg=lambda m: f"step {step}: {m}")
+        record = state.stats[-1]
+        assert record["step"] == step and record["mode"] == "zen", record
+        assert record["values_sent"] == sent_values, (record, sent_values)
+        assert record["values_total"] == n
+        assert record["bytes_sent"] > 0 and record["bytes_received"] > 0, record
+        assert record["select_s"] >= 0 and record["sync_s"] > 0, record
+        checked.append({"step": step, "fraction": record["fraction"],
+                        "bytes_sent": record["bytes_sent"]})
+    assert state.step == steps
+    return checked
+
+
+def scenario_reference_momentum(rank, world):
+    return scenario_reference(rank, world, momentum=0.9)
+
+
+def scenario_reference_sampled(rank, world):
+    return scenario_reference(rank, world, exact=False)
+
+
+# --- real DDP --------------------------------------------------------------
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(200, 32)
+        self.norm = nn.LayerNorm(32)
+        self.hidden = nn.Linear(32, 64)
+        self.out = nn.Linear(64, 200)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.hidden(self.norm(self.emb(x)).mean(1))))
+
+
+def train(rank, steps, hook_state=None):
+    torch.manual_seed(0)
+    model = Net()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.02)
+    if hook_state is not None:
+        hook_state = hook_state(model)
+        ddp.register_comm_hook(hook_state, topk_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    losses = []
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randint(0, 200, (16, 8), generator=gen)
+        y = torch.randint(0, 200, (16,), generator=gen)
+        opt.zero_grad()
+        loss = F.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model, hook_state, losses
+
+
+def scenario_ddp_warmup(rank, world):
+    # Warm-up steps are plain DDP, bit for bit.
+    steps = 4
+    reference, _, ref_losses = train(rank, steps)
+    model, state, losses = train(rank, steps, lambda m: TopKState(
+        ratio=0.01, warmup_steps=steps, module=m, min_numel=100))
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        assert torch.equal(p, q), f"parameter {name} differs from plain DDP after warm-up"
+    assert losses == ref_losses
+    assert [r["mode"] for r in state.stats] == ["pg"] * steps
+    return {"losses": losses}
+
+
+def scenario_ddp_sparse(rank, world):
+    # Sparsified training after a warm-up with a ramp: every rank keeps the
+    # same parameters (each applies the same averaged gradient), the kept
+    # fraction follows the ramp, and the hook's stats add up.
+    steps, warmup, ramp = 8, 2, 3
+    model, state, losses = train(rank, steps, lambda m: TopKState(
+        ratio=0.01, warmup_steps=warmup, ramp_steps=ramp, module=m, min_numel=100))
+    for name, p in model.named_parameters():
+        lo, hi = p.detach().clone(), p.detach().clone()
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        assert torch.equal(lo, hi), f"parameter {name} differs across ranks"
+    ratios = [r["ratio"] for r in state.stats]
+    assert ratios[:warmup] == [1.0] * warmup
+    assert all(a > b for a, b in zip(ratios[warmup:warmup + ramp + 1],
+                                      ratios[warmup + 1:warmup + ramp + 1])), ratios
+    assert ratios[-1] == 0.01
+    last = state.stats[-1]
+    assert last["mode"] == "zen" and 0 < last["fraction"] < 0.2, last
+    # The sparsified parameters' residuals hold what was not sent: non-zero.
+    assert any(r.any() for r in state.residuals.values())
+    assert all(x == x for x in losses)
+    return {"losses": losses, "stats": state.stats}
+
+
+SCENARIOS = {
+    "reference": scenario_reference,
+    "reference_momentum": scenario_reference_momentum,
+    "reference_sampled": scenario_reference_sampled,
+    "ddp_warmup": scenario_ddp_warmup,
+    "ddp_sparse": scenario_ddp_sparse,
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--init", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("scenarios", nargs="+", choices=sorted(SCENARIOS))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=args.init, rank=args.rank,
+                            world_size=args.world, timeout=datetime.timedelta(seconds=60))
+    failed = False
+    for name in args.scenarios:
+        try:
+            result = {"ok": True, "result": SCENARIOS[name](args.rank, args.world)}
+        except Exception:  # recorded for the test to report
+            result = {"ok": False, "error": traceback.format_exc()}
+            failed = True
+        with open(os.path.join(args.out, f"{name}.{args.rank}.json"), "w") as f:
+            json.dump(result, f)
+    dist.destroy_process_group()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

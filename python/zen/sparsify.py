@@ -1,0 +1,313 @@
+"""Top-k sparsification with error feedback for DDP, synchronized by zen (DGC).
+
+Turns dense gradients sparse before they travel: per parameter, each rank adds
+its residual (what it did not send before) to the gradient, keeps the values
+of largest magnitude (a fraction ``ratio``), sends them as an element-sparse
+tensor through zen, and keeps the rest as its new residual. The shape of
+torch's PowerSGD hook::
+
+    import zen.torch
+    from zen.sparsify import TopKState, topk_hook
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = TopKState(ratio=0.01, warmup_steps=100, module=model)
+    ddp.register_comm_hook(state, topk_hook)
+    ...
+    state.stats[-1]   # what the latest step sent and how long it took
+
+Per bucket, in one zen batch: every sparsified parameter as an element-sparse
+item (rows = numel, width 1: its selected values), and the parameters that
+stay dense (0-/1-D ones such as biases and norms, those below ``min_numel``
+elements, and those named in ``dense_params``) as dense items. The global sum
+is written back densely into the bucket and divided by the world size; the
+future is completed from zen's progress thread (backward goes on meanwhile).
+
+Warm-up (DGC): the first ``warmup_steps`` steps go through the process
+group's allreduce exactly as plain DDP (bit-identical, nothing kept in the
+residual); then the kept fraction ramps down geometrically from 1 to
+``ratio`` over ``ramp_steps`` steps. A step is counted when DDP hands over
+the last bucket (``bucket.is_last()``).
+
+Momentum correction (DGC, ``momentum=m``): the hook applies the momentum
+locally (u = m*u + g, accumulated into the residual, u cleared where values
+were sent) and the optimizer must then run plain SGD (momentum=0). Dense
+parameters send u whole (exactly momentum SGD on the average gradient).
+
+Only float32 CPU buckets are sparsified; a bucket of another dtype is handed
+to the process group's allreduce (dense). Residuals are kept per parameter
+(keyed by the parameter, so DDP's bucket rebuild after the first step does
+not mix them up).
+
+``state.stats``: one dict per step: step, ratio, values_sent (the number of
+values this rank sent: selected + dense), values_total, fraction,
+bytes_sent / bytes_received (zen.Communicator payload counters over the step;
+None for steps through the process group), select_s (time spent selecting, in
+the hook, on the autograd thread), sync_s (first bucket started to last
+bucket done), buckets.
+"""
+
+import math
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import zen
+
+__all__ = ["TopKState", "topk_hook"]
+
+
+class TopKState:
+    """State of topk_hook for one DDP model.
+
+    Args:
+        ratio: fraction of each sparsified parameter's values sent per step
+            (ceil(ratio * numel), at least 1).
+        warmup_steps: steps synchronized densely through the process group
+            (plain DDP) before sparsification starts.
+        ramp_steps: steps over which the kept fraction falls geometrically
+            from 1 to ratio after the warm-up (0: ratio at once).
+        dense_params: names (or parameters) that always stay dense.
+        min_numel: parameters with fewer elements stay dense; so do all 0-/1-D
+            parameters (biases, norms).
+        momentum: None, or the SGD momentum to apply locally with DGC's
+            momentum correction (then use an optimizer without momentum).
+        exact: True for exact top-k, False for DGC's sampled threshold (the
+            count lands within a few % of k).
+        error_feedback: keep the values not sent and add them to the next
+            step's gradient (True), or drop them (False: for comparison only).
+        zen_state: the zen.torch.ZenState to synchronize through (its
+            Context and Communicator); default a new one on the default group.
+        module: the model, to name parameters (dense_params by name, and the
+            items' names across ranks).
+        threads: threads of the selector (a persistent pool).
+        keep_stats: how many steps of stats to keep (None: all).
+        scheme: zen scheme id for the sparsified items (default: the
+            ZenState's, e.g. 'auto', whose cost model may pick a dense
+            allreduce for them when the union of the ranks' selections is
+            dense enough; 'zen' keeps them sparse on the wire).
+    """
+
+    def __init__(self, ratio=0.01, *, warmup_steps=0, ramp_steps=0, dense_params=(),
+                 min_numel=1024, momentum=None, exact=True, error_feedback=True,
+                 zen_state=None, module=None, threads=1, keep_stats=None, scheme=None):
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"zen: TopKState ratio must lie in (0, 1], got {ratio}")
+        if warmup_steps < 0 or ramp_steps < 0:
+            raise ValueError("zen: warmup_steps and ramp_steps must be >= 0")
+        if momentum is not None and not 0.0 <= momentum < 1.0:
+            raise ValueError(f"zen: momentum must lie in [0, 1), got {momentum}")
+        self.ratio = float(ratio)
+        self.warmup_steps = int(warmup_steps)
+        self.ramp_steps = int(ramp_steps)
+        self.min_numel = int(min_numel)
+        self.momentum = momentum
+        self.exact = exact
+        self.error_feedback = error_feedback
+        self.keep_stats = keep_stats
+        self.scheme = scheme
+        self._zen_state = zen_state
+        self.selector = zen.TopKSelector(threads, method="exact" if exact else "sampled")
+        self.step = 0
+        self.stats = []
+        self._names = {}
+        if module is not None:
+            self._names = {id(p): n for n, p in module.named_parameters()}
+        self._dense_names = {p for p in dense_params if isinstance(p, str)}
+        self._dense_ids = {id(p) for p in dense_params if not isinstance(p, str)}
+        # Per parameter (id): the residual (accumulated values not sent) and
+        # the local momentum, float32 1-D.
+        self.residuals = {}
+        self.velocities = {}
+        self._record = None
+
+    # --- configuration -----------------------------------------------------
+
+    @property
+    def zen_state(self):
+        if self._zen_state is None:
+            import zen.torch  # late: zen.torch imports this module
+            self._zen_state = zen.torch.ZenState()
+        return self._zen_state
+
+    def current_ratio(self, step=None):
+        """The fraction kept at `step` (default: the current one); 1.0 during warm-up."""
+        step = self.step if step is None else step
+        if step < self.warmup_steps:
+            return 1.0
+        j = step - self.warmup_steps
+        if j < self.ramp_steps:
+            return self.ratio ** ((j + 1) / (self.ramp_steps + 1))
+        return self.ratio
+
+    def is_dense(self, param, name):
+        return (param.dim() <= 1 or param.numel() < self.min_numel or id(param) in self._dense_ids
+                or name in self._dense_names)
+
+    def name(self, param, fallback):
+        name = self._names.get(id(param))
+        if name is None and self._zen_state is not None:
+            name = self._zen_state.param_name(param, None)
+        return name or fallback
+
+    def residual(self, param):
+        """This rank's residual of a parameter (a flat float32 tensor), or None."""
+        r = self.residuals.get(id(param))
+        return None if r is None else torch.from_numpy(r)
+
+    # --- per-step accounting ----------------------------------------------
+
+    def _step_record(self, mode):
+        """(record, live): the current step's public stats dict and its
+        internal counters (created on the step's first bucket)."""
+        if self._record is None or self._record[0]["step"] != self.step:
+            comm = self.zen_state.comm if mode == "zen" else None
+            record = {
+                "step": self.step, "mode": mode, "ratio": self.current_ratio(),
+                "values_sent": 0, "values_total": 0, "fraction": 0.0,
+                "bytes_sent": None, "bytes_received": None, "select_s": 0.0, "sync_s": 0.0,
+                "buckets": 0,
+            }
+            live = {"t0": None, "comm": comm, "sent0": comm.bytes_sent if comm else 0,
+                    "recv0": comm.bytes_received if comm else 0}
+            self._record = (record, live)
+            self.stats.append(record)
+            if self.keep_stats is not None and len(self.stats) > self.keep_stats:
+                del self.stats[:len(self.stats) - self.keep_stats]
+        return self._record
+
+    def _end_bucket(self, bucket):
+        if bucket.is_last():
+            self.step += 1
+
+
+def _bucket_params(bucket):
+    """(param, offset, numel) of every parameter of the bucket, in buffer order."""
+    out, offset = [], 0
+    for param in bucket.parameters():
+        n = param.numel()
+        out.append((param, offset, n))
+        offset += n
+    return out
+
+
+def _dense_pg(state, bucket):
+    """The whole bucket through the process group's allreduce, as plain DDP."""
+    record, _ = state._step_record("pg")
+    group = state.zen_state.process_group
+    world = dist.get_world_size(group)
+    buffer = bucket.buffer()
+    record["values_sent"] += buffer.numel()
+    record["values_total"] += buffer.numel()
+    record["fraction"] = record["values_sent"] / max(1, record["values_total"])
+    record["buckets"] += 1
+    t0 = time.perf_counter()
+    # Scaled by 1/world before the sum, as DDP's own reducer does (a multiply
+    # by the wrapped scalar 1/world): bit-identical to plain DDP.
+    buffer.mul_(1.0 / world)
+    fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+
+    def done(f):
+        record["sync_s"] += time.perf_counter() - t0
+        return f.value()[0]
+
+    return fut.then(done)
+
+
+def topk_hook(state, bucket):
+    """DDP communication hook: ``ddp.register_comm_hook(TopKState(...), topk_hook)``.
+
+    See the module's docstring. Returns a torch.futures.Future completed from
+    zen's progress thread with the averaged bucket.
+    """
+    if not isinstance(state, TopKState):
+        raise TypeError(f"zen: topk_hook needs a TopKState, got {type(state).__name__}")
+    buffer = bucket.buffer()
+    ratio = state.current_ratio()
+    try:
+        supported = (buffer.dtype == torch.float32 and buffer.device.type == "cpu"
+                     and buffer.layout == torch.strided)
+        if not supported and state.momentum is not None:
+            raise TypeError("zen: topk_hook's momentum correction needs float32 CPU buckets, "
+                            f"got {buffer.dtype} on {buffer.device} ({buffer.layout})")
+        if not supported or (state.momentum is None and ratio >= 1.0):
+            return _dense_pg(state, bucket)
+        return _sparse_bucket(state, bucket, ratio)
+    finally:
+        state._end_bucket(bucket)
+
+
+def _sparse_bucket(state, bucket, ratio):
+    zs = state.zen_state
+    ctx = zs.context
+    world = zs.world_size
+    record, live = state._step_record("zen")
+    index = bucket.index()
+    buffer = bucket.buffer()
+    flat = buffer.view(-1)
+    array = flat.detach().numpy()
+    momentum = state.momentum
+    items, scatter = [], []  # scatter: (offset, numel) of each sparse item, in order
+    sent = total = 0
+    t_select = time.perf_counter()
+    for j, (param, offset, n) in enumerate(_bucket_params(bucket)):
+        if n == 0:
+            continue
+        name = state.name(param, f"bucket{index}.{j}")
+        grad = array[offset:offset + n]
+        key = id(param)
+        if momentum is not None:
+            u = state.velocities.get(key)
+            if u is None:
+                u = state.velocities[key] = np.zeros(n, dtype=np.float32)
+            u *= np.float32(momentum)
+            u += grad
+            grad[:] = u  # what this rank contributes: its momentum
+        total += n
+        if state.is_dense(param, name) or ratio >= 1.0:
+            items.append(("dense", name, grad, n, 1))
+            sent += n
+            continue
+        acc = state.residuals.get(key)
+        if acc is None:
+            acc = state.residuals[key] = np.zeros(n, dtype=np.float32)
+        acc += grad
+        k = zen.topk_count(n, ratio)
+        ids, values = state.selector.select(acc, k, name=name)
+        if momentum is not None:
+            state.velocities[key][ids] = 0.0  # DGC's momentum factor masking
+        if not state.error_feedback:
+            acc.fill(0.0)
+        item = ("sparse", name, n, 1, ids, values)
+        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+        scatter.append((offset, n))
+        sent += len(ids)
+    record["select_s"] += time.perf_counter() - t_select
+    record["values_sent"] += sent
+    record["values_total"] += total
+    record["fraction"] = record["values_sent"] / max(1, record["values_total"])
+    record["buckets"] += 1
+    t0 = time.perf_counter()
+    if live["t0"] is None:
+        live["t0"] = t0
+    future = torch.futures.Future()
+
+    def done(handle):
+        try:
+            results = handle.wait()
+            with torch.no_grad():
+                for (offset, n), (ids, values) in zip(scatter, results):
+                    out = array[offset:offset + n]
+                    out.fill(0.0)
+                    out[ids] = values.reshape(-1)
+                flat.div_(world)
+            comm = live["comm"]
+            record["sync_s"] = time.perf_counter() - live["t0"]
+            record["bytes_sent"] = comm.bytes_sent - live["sent0"]
+            record["bytes_received"] = comm.bytes_received - live["recv0"]
+            future.set_result(buffer)
+        except Exception as e:  # noqa: BLE001 (handed to DDP)
+            future.set_exception(e)
+
+    ctx.start(f"topk.bucket{index}", items, on_done=done)
+    return future
