@@ -18,6 +18,7 @@
 
 #include "fuzz/fuzz_cases.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/workload/trace.h"
 
 namespace {

@@ -10,6 +10,7 @@
 
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 
 namespace zen::cli {
 namespace {

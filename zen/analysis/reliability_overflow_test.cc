@@ -27,6 +27,7 @@
 #include "zen/comm/gloo_communicator.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 
 namespace zen {
 namespace {

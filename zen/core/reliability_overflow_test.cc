@@ -13,6 +13,7 @@
 
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/core/sparse_tensor.h"
 
 namespace zen {

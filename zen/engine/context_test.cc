@@ -9,7 +9,8 @@
 
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
+#include "zen/testing/reference.h"
 #include "zen/analysis/auto_scheme.h"
 #include "zen/workload/synthetic.h"
 

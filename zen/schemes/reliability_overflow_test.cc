@@ -13,7 +13,8 @@
 #include <new>
 #include <stdexcept>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
+#include "zen/testing/reference.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/omnireduce.h"

@@ -13,7 +13,8 @@
 #include <mutex>
 #include <new>
 
-#include "zen/comm/testing.h"
+#include "zen/testing/ranks.h"
+#include "zen/testing/reference.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/zen.h"
 #include "zen/workload/synthetic.h"
