@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/zen/commands.h"
 #include "tools/zen/flags.h"
 #include "zen/comm/communicator.h"
 #include "zen/core/sparse_tensor.h"
@@ -31,6 +32,7 @@ struct Workload {
 Workload LoadWorkload(const Flags& flags, int world, const Environment& env);
 
 struct BenchConfig {
+  Environment env;  // what main() passed in (ZEN_SCHEME, ZEN_LOG for `auto`)
   std::vector<std::string> schemes;
   int iters = 5;
   int warmup = 1;

@@ -87,10 +87,11 @@ const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", 
                                        "transport", "sweep", "sweep-range"};
 const std::set<std::string> kSwitches = {"quiet", "progress"};
 
-BenchConfig Config(const Flags& flags) {
+BenchConfig Config(const Flags& flags, const Environment& env) {
   BenchConfig c;
+  c.env = env;
   const std::string list = flags.Str("schemes", "all");
-  const SchemeRegistry registry = CliSchemes();
+  const SchemeRegistry registry = CliSchemes(env);
   c.schemes = list == "all" ? registry.ids() : SplitList(list);
   for (const auto& s : c.schemes) {
     if (!registry.Find(s)) registry.Create(s);  // throws naming the known ids
@@ -187,7 +188,7 @@ void Print(const nlohmann::json& report) {
 // (`launch`), over Gloo or MPI.
 int RunOneWorker(const Flags& flags, const Environment& env, const std::optional<LaunchInfo>& launch) {
   const std::string transport = Transport(flags);
-  const BenchConfig config = Config(flags);
+  const BenchConfig config = Config(flags, env);
   std::unique_ptr<Communicator> comm;
   std::vector<Workload> workloads;
   if (transport == "mpi") {
@@ -277,7 +278,7 @@ int RunBench(Args args, const Environment& env) {
     throw InvalidArgument("--world " + std::to_string(world) + " differs from the " +
                           std::to_string(link->hosts) + " testbed hosts");
   }
-  const BenchConfig config = Config(flags);  // fail fast on bad options, before spawning
+  const BenchConfig config = Config(flags, env);  // fail fast on bad options, before spawning
   const std::string transport = Transport(flags);
   const std::vector<std::string> peers = ParsePeers(flags.Str("peers", ""));
   const bool sweep = !SweepPoints(flags).empty();

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "zen/core/reduce.h"
+#include "zen/testing/reference.h"
 #include "zen/core/sparse_tensor.h"
 
 namespace zen::cli {

@@ -49,7 +49,7 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
                    const SparseReference& reference, const BenchConfig& config, int index) {
   SchemeOptions options;
   options.threads = config.threads;
-  auto scheme = CliSchemes().Create(id, options);
+  auto scheme = CliSchemes(config.env).Create(id, options);
   const SparseTensor& local = workload.per_rank[static_cast<size_t>(comm.rank())];
   json out = {{"scheme", id}};
   std::vector<double> times;

@@ -4,21 +4,20 @@
 // which the library itself never reads.
 #pragma once
 
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "tools/zen/commands.h"
 #include "zen/analysis/auto_scheme.h"
 #include "zen/schemes/registry.h"
 
 namespace zen::cli {
 
-inline std::optional<std::string> Environment(std::string_view name) {
-  const char* v = std::getenv(std::string(name).c_str());
-  return v ? std::optional<std::string>(v) : std::nullopt;
+// The registry with `auto` configured from the variables main() passed in.
+inline SchemeRegistry CliSchemes(const Environment& env) {
+  return AllSchemes(AutoOptionsFromVariables(
+      [&env](std::string_view name) { return env.Get(std::string(name)); }));
 }
-
-inline SchemeRegistry CliSchemes() { return AllSchemes(AutoOptionsFromVariables(Environment)); }
 
 }  // namespace zen::cli
