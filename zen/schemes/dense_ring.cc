@@ -135,7 +135,7 @@ CostVolumes DenseRingCost(const CostInputs& in) {
   CostVolumes v = NewVolumes(in);
   if (in.n == 1) return v;
   const int64_t values = in.rows * in.width;
-  const int64_t words = (in.rows + 63) / 64;
+  const int64_t words = in.rows / 64 + (in.rows % 64 != 0 ? 1 : 0);  // (rows + 63) wraps near 2^63
   const double total = static_cast<double>(values) * 4 + static_cast<double>(words) * 8;
   double biggest = 0;
   for (int r = 0; r < in.n; ++r) {

@@ -79,7 +79,14 @@ uint64_t ZenScheme::AgreedSeed(Communicator& comm) {
   return agreed;
 }
 
-HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows) {
+HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, const Where& where) {
+  // Every rank has the same rows (the metadata exchange checked it), so
+  // every rank refuses here, before the seed broadcast.
+  if (config_.ownership == ZenOwnership::kHash && rows > kMaxPermutedRows) {
+    throw InvalidArgument(where, "zen: rows ", rows,
+                          " exceed 2^62, the range of its row permutation; agsparse or sparcml "
+                          "take any int64 rows");
+  }
   const int n = comm.size();
   return HashDomains(config_.ownership == ZenOwnership::kHash
                          ? RowOwner::Permuted(AgreedSeed(comm), rows, n)
@@ -191,7 +198,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     return local;
   }
   const Where where{comm.rank(), local.name()};
-  const HashDomains domains = Prepare(comm, local.rows());
+  const HashDomains domains = Prepare(comm, local.rows(), where);
   auto t0 = Clock::now();
   sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), domains.owner(),
                                        ws_.mine);
@@ -236,7 +243,7 @@ void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t
     stats_.local_rows = stats_.result_rows = ws_.mine.total();
     return;  // the buffer already holds the sum
   }
-  const HashDomains domains = Prepare(comm, rows);
+  const HashDomains domains = Prepare(comm, rows, where);
   auto t0 = Clock::now();
   dense_partitioner_->PartitionDense(buffer, rows, width, domains.owner(), ws_.mine);
   stats_.partition_seconds = Since(t0);

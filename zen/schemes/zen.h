@@ -118,7 +118,7 @@ class ZenScheme final : public Scheme {
     std::vector<const float*> rows;
     RequestList requests;
   };
-  HashDomains Prepare(Communicator& comm, int64_t rows);
+  HashDomains Prepare(Communicator& comm, int64_t rows, const Where& where);
   uint64_t AgreedSeed(Communicator& comm);
   // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
   // (served_*) and views of the other servers' pull messages (pulled[j]).

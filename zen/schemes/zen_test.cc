@@ -95,7 +95,8 @@ std::vector<SparseTensor> Inputs(const Case& c) {
     case Layout::kOneRankEmpty:
       spec.density = 0.05;
       in = GenerateSynthetic(spec, n);
-      in[static_cast<size_t>(n / 2)] = SparseTensor::Empty(rows, c.width, "t");
+      // The same name as the others': it is the call's identity.
+      in[static_cast<size_t>(n / 2)] = SparseTensor::Empty(rows, c.width, in[0].name());
       return in;
     case Layout::kContiguous:
       // Every non-zero of every rank inside one range of rows / 10.
