@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -241,8 +242,16 @@ PyHandle Start(Context& ctx, const std::string& name, const py::list& items,
 
 // Deleting a context joins its progress thread, which may need the GIL for
 // a callback: let go of it meanwhile.
+// When the last reference goes away inside a completion callback (on the
+// progress thread itself, e.g. a hook's closure that held the ZenState),
+// another thread deletes it, so that the join waits for the callback to
+// return instead of failing with EDEADLK.
 struct ReleasingDelete {
   void operator()(Context* c) const {
+    if (c->OnProgressThread()) {
+      std::thread([c] { delete c; }).detach();
+      return;
+    }
     py::gil_scoped_release release;
     delete c;
   }
@@ -274,6 +283,15 @@ void BindEngine(py::module_& m) {
       .def("start", &Start, py::arg("name"), py::arg("items"), py::arg("on_done") = py::none(),
            "Queues one batch; returns a zen.Handle at once. on_done(handle), if given, runs on "
            "the progress thread (GIL held) when the batch completes.")
+      .def(
+          "close",
+          [](Context& c) {
+            py::gil_scoped_release release;
+            c.Close();
+          },
+          "Finishes the queued batches and stops the progress thread; start() then raises. "
+          "zen closes every context at interpreter exit (atexit), while callbacks can still "
+          "run.")
       .def(
           "drain",
           [](Context& c) {

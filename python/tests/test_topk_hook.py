@@ -7,44 +7,19 @@ plain DDP bit for bit.
 Run: PYTHONPATH=build/python /usr/bin/python3 -m pytest -q python/tests/test_topk_hook.py
 """
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import zen
-from zen_torch_testing import HERE, check, rank_env, wait_all
+from zen_torch_testing import HERE, check
+from zen_torch_testing import run_ranks as run_worker_ranks
 
 WORKER = HERE / "topk_worker.py"
 SCENARIOS = ["reference", "reference_momentum", "reference_sampled", "ddp_warmup", "ddp_sparse"]
 
 
 def run_ranks(tmp_path, world, scenarios, timeout=150):
-    import json
-    out = tmp_path / "out"
-    out.mkdir()
-    init = f"file://{tmp_path / 'store'}"
-    procs = [
-        subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(world),
-                          "--init", init, "--out", str(out), *scenarios],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=rank_env())
-        for r in range(world)
-    ]
-    codes, outputs, timed_out = wait_all(procs, timeout)
-    log = "\n".join(f"--- rank {r} (exit {c}) ---\n{o}" for r, (c, o) in
-                    enumerate(zip(codes, outputs)))
-    assert not timed_out, f"ranks did not finish within {timeout} s (hang?)\n{log}"
-    results = {}
-    for s in scenarios:
-        per_rank = []
-        for r in range(world):
-            path = out / f"{s}.{r}.json"
-            assert path.exists(), f"rank {r} wrote no result for '{s}'\n{log}"
-            per_rank.append(json.loads(path.read_text()))
-        results[s] = per_rank
-    return results, log
+    return run_worker_ranks(tmp_path, world, scenarios, timeout=timeout, worker=WORKER)
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"world{n}")

@@ -48,13 +48,15 @@ def wait_all(procs, timeout):
     return [p.returncode for p in procs], outputs, timed_out
 
 
-def run_ranks(tmp_path, world, scenarios, timeout=100):
-    """Runs the scenarios on `world` ranks; returns {scenario: [result per rank]}."""
+def run_ranks(tmp_path, world, scenarios, timeout=100, worker=None):
+    """Runs the scenarios of `worker` (default zen_worker.py) on `world` ranks;
+    returns {scenario: [result per rank]}."""
+    worker = worker or WORKER
     out = tmp_path / "out"
     out.mkdir()
     init = f"file://{tmp_path / 'store'}"
     procs = [
-        subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(world),
+        subprocess.Popen([sys.executable, str(worker), "--rank", str(r), "--world", str(world),
                           "--init", init, "--out", str(out), *scenarios],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=rank_env())

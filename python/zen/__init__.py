@@ -21,10 +21,13 @@ Errors: ``ValueError`` for bad input (zen::InvalidArgument); ``zen.MismatchError
 ``zen.__version__`` is the C++ project's version (CMakeLists.txt, project()).
 """
 
+import atexit as _atexit
+import weakref as _weakref
+
+from zen._zen import Context as _Context
 from zen._zen import (  # noqa: F401  (re-exported)
     __version__,
     Communicator,
-    Context,
     Error,
     FormatError,
     Handle,
@@ -40,8 +43,7 @@ from zen._zen import (  # noqa: F401  (re-exported)
 )
 
 from zen._zen import TopKSelector, topk_count  # noqa: F401,E402  (re-exported)
-for _cls in (Communicator, Context, Error, FormatError, Handle, MismatchError, Scheme,
-             TransportError):
+for _cls in (Communicator, Error, FormatError, Handle, MismatchError, Scheme, TransportError):
     _cls.__module__ = "zen"
 del _cls
 
@@ -61,3 +63,26 @@ __all__ = [
     "schemes",
     "write_trace",
 ]
+
+
+class Context(_Context):
+    """zen.Context (see the C++ docstring below): closed at interpreter exit,
+    before the interpreter can no longer run completion callbacks."""
+
+    __doc__ = (__doc__ or "") + "\n\n" + (_Context.__doc__ or "")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _open_contexts.add(self)
+
+
+_open_contexts = _weakref.WeakSet()
+
+
+@_atexit.register
+def _close_contexts():
+    for ctx in list(_open_contexts):
+        ctx.close()
+
+
+Context.__module__ = "zen"

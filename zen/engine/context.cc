@@ -211,13 +211,15 @@ void Context::Init() {
   thread_ = std::thread([this] { Run(); });
 }
 
-Context::~Context() {
+Context::~Context() { Close(); }
+
+void Context::Close() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 Handle Context::Start(std::string name, std::vector<BatchTensor>& tensors,

@@ -116,8 +116,14 @@ class Context {
   // Borrows a communicator that outlives the context (tests, bindings that
   // share one communicator).
   explicit Context(Communicator& comm, ContextOptions options = {});
-  // Finishes the queued batches, then joins the progress thread.
+  // Finishes the queued batches, then joins the progress thread (Close()).
   ~Context();
+
+  // Finishes the queued batches and joins the progress thread; later
+  // Start() calls throw InvalidArgument. Idempotent. Not from the progress
+  // thread. (Bindings call it before their interpreter shuts down, while
+  // completion callbacks can still run.)
+  void Close();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
@@ -135,6 +141,11 @@ class Context {
 
   // Blocks until every batch started so far is done.
   void Drain();
+
+  // Whether the caller runs on this context's progress thread (e.g. inside
+  // an on_done callback). A context must not be destroyed there: its
+  // destructor joins that thread.
+  bool OnProgressThread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
   Communicator& comm() { return *comm_; }
   const ContextOptions& options() const { return options_; }
