@@ -327,11 +327,14 @@ int RunBench(Args args, const Environment& env) {
     for (nlohmann::json& row : RunPeers(run)) report["results"].push_back(std::move(row));
   }
   LauncherSignals::ThrowIfInterrupted();
+  const std::string tunables = env.Get("GLIBC_TUNABLES").value_or("");
   if (sweep) {
-    for (nlohmann::json& point : report["points"]) AnnotateReport(point, link ? &*link : nullptr, UsableCores());
+    for (nlohmann::json& point : report["points"]) {
+      AnnotateReport(point, link ? &*link : nullptr, UsableCores(), tunables);
+    }
     PrintSweep(report);
   } else {
-    AnnotateReport(report, link ? &*link : nullptr, UsableCores());
+    AnnotateReport(report, link ? &*link : nullptr, UsableCores(), tunables);
     PrintReport(report);
     std::fflush(stdout);
     for (const std::string& w : CpuWarnings(report)) std::fprintf(stderr, "%s\n", w.c_str());

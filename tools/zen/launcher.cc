@@ -211,11 +211,6 @@ TempDir::~TempDir() {
   }
 }
 
-std::string WorkerMallocTuning() {
-  const char* mine = std::getenv("GLIBC_TUNABLES");
-  return mine ? mine : "";
-}
-
 int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
                        const std::string& what) {
   LauncherSignals::ThrowIfInterrupted();

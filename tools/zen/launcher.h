@@ -91,10 +91,6 @@ int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& pl
 // (plus --allow-run-as-root as root), supervised like a worker.
 int LaunchMpiWorkers(Args args, int world);
 
-// What the workers' allocator is configured with: the caller's
-// GLIBC_TUNABLES, "" when unset. zen sets nothing (reports record it).
-std::string WorkerMallocTuning();
-
 // Starts one process per argv (rank = position) and waits for all; the first
 // failure kills the rest and returns 1, naming `what` and the rank. Throws
 // Interrupted after stopping them when the launcher got a signal.

@@ -51,11 +51,12 @@ void Usage(std::FILE* out) {
 }
 
 // The variables the tool understands: its own (ZEN_*), those of external
-// launchers (torchrun, Open MPI, MPICH/PMI, Slurm) and TMPDIR.
+// launchers (torchrun, Open MPI, MPICH/PMI, Slurm), TMPDIR and GLIBC_TUNABLES
+// (only recorded in reports: zen sets no allocator tuning).
 bool Known(const std::string& name) {
   static const char* const kPrefixes[] = {"ZEN_", "OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_"};
   static const char* const kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                       "MASTER_ADDR", "MASTER_PORT", "TMPDIR"};
+                                       "MASTER_ADDR", "MASTER_PORT", "TMPDIR", "GLIBC_TUNABLES"};
   for (const char* p : kPrefixes) {
     if (name.rfind(p, 0) == 0) return true;
   }

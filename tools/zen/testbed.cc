@@ -334,7 +334,8 @@ int UsableCores() {
   return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
-void AnnotateReport(json& report, const TestbedSpec* link, int cores) {
+void AnnotateReport(json& report, const TestbedSpec* link, int cores,
+                    const std::string& glibc_tunables) {
   const double bound_bytes = report["tensor"]["lower_bound_bytes_max"].get<double>();
   double bound_time = 0;
   const double rate = link ? link->rate_bits_per_s : 0;
@@ -344,7 +345,7 @@ void AnnotateReport(json& report, const TestbedSpec* link, int cores) {
     report["lower_bound_time_s"] = bound_time;
   }
   report["cores"] = cores;
-  report["worker_glibc_tunables"] = WorkerMallocTuning();
+  report["worker_glibc_tunables"] = glibc_tunables;
   double load[1] = {0};
   if (getloadavg(load, 1) == 1) report["load_average_1m"] = load[0];
   for (json& r : report["results"]) {

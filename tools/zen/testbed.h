@@ -100,7 +100,10 @@ void RemoveTestbedObjects(const std::string& start);
 // received over ranks) over the rate, and "cpu_bound" when the CPU floor
 // exceeds the network floor (on loopback: 0.7 x the median time).
 // cores: CPUs this process may use.
-void AnnotateReport(nlohmann::json& report, const TestbedSpec* link, int cores);
+// glibc_tunables: the caller's GLIBC_TUNABLES (zen sets none), recorded as
+// worker_glibc_tunables.
+void AnnotateReport(nlohmann::json& report, const TestbedSpec* link, int cores,
+                    const std::string& glibc_tunables);
 
 // The warnings AnnotateReport's CPU check implies, one line per scheme.
 std::vector<std::string> CpuWarnings(const nlohmann::json& report);
