@@ -39,10 +39,6 @@ namespace py = pybind11;
 namespace zen::python {
 namespace {
 
-std::string TypeName(const py::handle& h) {
-  return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>();
-}
-
 // Everything one batch needs until it completes. Python objects in here are
 // only touched with the GIL held.
 struct PyBatch {
@@ -184,15 +180,13 @@ void AddItem(PyBatch& b, const py::handle& item) {
         error = "out of memory building the input tensor";
       }
     }
+    // One output per sparse item; with an error it stays empty (the batch
+    // fails on every rank).
+    b.outputs.push_back(std::make_unique<SparseTensor>());
+    b.out_width.push_back(t.width > 0 ? t.width : 1);
     if (error.empty()) {
-      b.outputs.push_back(std::make_unique<SparseTensor>());
-      b.out_width.push_back(t.width);
       t.sparse = input.get();
       t.sparse_out = b.outputs.back().get();
-    } else {
-      // A stand-in of the declared kind: the batch fails on every rank.
-      b.outputs.push_back(std::make_unique<SparseTensor>());
-      b.out_width.push_back(t.width > 0 ? t.width : 1);
     }
     b.inputs.push_back(std::move(input));
   } else if (kind == "reject" && n == 5) {

@@ -81,10 +81,6 @@ struct CallArgs {
   }
 };
 
-std::string TypeName(const py::handle& h) {
-  return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>();
-}
-
 // An exact Python or numpy integer (not bool, not float) in int64 range.
 bool ToInt64(const py::handle& obj, const char* what, int64_t& out, CallArgs& args) {
   if (py::isinstance<py::bool_>(obj) || !py::hasattr(obj, "__index__")) {

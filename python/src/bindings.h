@@ -14,7 +14,15 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 namespace zen::python {
+
+// The Python type name of an object, for error messages.
+inline std::string TypeName(const pybind11::handle& h) {
+  return pybind11::str(pybind11::type::handle_of(h).attr("__name__")).cast<std::string>();
+}
+
 
 void BindErrors(pybind11::module_& m);
 void BindComm(pybind11::module_& m);
