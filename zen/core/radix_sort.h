@@ -63,4 +63,48 @@ inline void SortByKey(std::span<KeyItem> a, std::vector<KeyItem>& scratch, int64
   if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
 }
 
+// Sorts 64-bit words by their bits [shift, shift + bits) (the rest rides
+// along: e.g. an id in the high 32 bits and a float's bits in the low 32,
+// half the bytes of a KeyItem). Bits above shift + bits must be zero (they
+// may fall into the last digit). shift + bits <= 64. The same LSD radix sort, with every digit's
+// histogram counted in one read pass. Stable for distinct keys.
+inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratch, int shift,
+                            int bits) {
+  constexpr int kDigit = 11;
+  constexpr size_t kBuckets = size_t{1} << kDigit;
+  constexpr int kMaxPasses = 6;
+  const size_t n = a.size();
+  bits = std::max(bits, 1);
+  const int passes = std::min(kMaxPasses, (bits + kDigit - 1) / kDigit);
+  if (n < 1024 || std::log2(static_cast<double>(n)) <
+                      passes * (3.0 + static_cast<double>(kBuckets) / static_cast<double>(n))) {
+    const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1) << shift;
+    std::stable_sort(a.begin(), a.end(),
+                     [mask](uint64_t x, uint64_t y) { return (x & mask) < (y & mask); });
+    return;
+  }
+  if (scratch.size() < n) scratch.resize(n);
+  std::array<std::array<size_t, kBuckets>, kMaxPasses> count{};
+  for (const uint64_t x : a) {
+    for (int p = 0; p < passes; ++p) {
+      ++count[static_cast<size_t>(p)][static_cast<size_t>(x >> (shift + p * kDigit)) & (kBuckets - 1)];
+    }
+  }
+  std::span<uint64_t> src = a, dst(scratch.data(), n);
+  for (int p = 0; p < passes; ++p) {
+    auto& c = count[static_cast<size_t>(p)];
+    if (c[static_cast<size_t>(src[0] >> (shift + p * kDigit)) & (kBuckets - 1)] == n) continue;
+    size_t sum = 0;
+    for (size_t& b : c) {
+      const size_t k = b;
+      b = sum;
+      sum += k;
+    }
+    const int s = shift + p * kDigit;
+    for (const uint64_t x : src) dst[c[static_cast<size_t>(x >> s) & (kBuckets - 1)]++] = x;
+    std::swap(src, dst);
+  }
+  if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
+}
+
 }  // namespace zen

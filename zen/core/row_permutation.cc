@@ -15,6 +15,8 @@ RowPermutation::RowPermutation(uint64_t seed, int64_t rows) : seed_(seed), rows_
   const int k = std::max(2, static_cast<int>(std::bit_width(static_cast<uint64_t>(rows - 1))));
   hi_bits_ = (k + 1) / 2;
   lo_bits_ = k / 2;
+  hi_shift_ = 64 - hi_bits_;
+  lo_shift_ = 64 - lo_bits_;
   hi_mask_ = (uint64_t{1} << hi_bits_) - 1;
   lo_mask_ = (uint64_t{1} << lo_bits_) - 1;
   for (size_t i = 0; i < kRounds; ++i) {

@@ -68,11 +68,19 @@ SparseTensor SparseTensor::FromSorted(int64_t rows, int64_t width, std::vector<i
                                       std::vector<float> values, std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
-  CheckRange(ids, rows, name);
-  for (size_t i = 1; i < ids.size(); ++i) {
-    if (ids[i] <= ids[i - 1]) {
-      throw InvalidArgument(Where{-1, name}, "ids not sorted and unique: id ", ids[i],
-                            " at position ", i, " follows ", ids[i - 1]);
+  // One pass: every id in range and each above its predecessor (an id out
+  // of range is reported before an order violation, as CheckRange would).
+  bool sorted = true;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= rows) CheckRange(ids, rows, name);
+    sorted &= i == 0 || ids[i] > ids[i - 1];
+  }
+  if (!sorted) {
+    for (size_t i = 1; i < ids.size(); ++i) {
+      if (ids[i] <= ids[i - 1]) {
+        throw InvalidArgument(Where{-1, name}, "ids not sorted and unique: id ", ids[i],
+                              " at position ", i, " follows ", ids[i - 1]);
+      }
     }
   }
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));

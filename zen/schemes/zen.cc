@@ -1,6 +1,7 @@
 #include "zen/schemes/zen.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 
@@ -135,21 +136,17 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
         {std::span(reinterpret_cast<const int64_t*>(m.index), static_cast<size_t>(m.count)),
          std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
   }
-  // The sum is written straight into the pull message: a keys-only merge
-  // counts the union (which fixes the encoding and the values' offset), the
-  // second merge writes the summed values where they are sent from.
-  const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
-  const RowsLayout layout = LayoutRows(domains.size(r), served, width, config_.pull_encoding);
-  ws.pull_send.resize(layout.bytes);
-  MergeSumRowsInto(ws.parts, width, ws.served_positions,
-                   reinterpret_cast<float*>(ws.pull_send.data() + layout.values_offset), ws.merge);
-  WriteRowsIndex(domains.size(r), width, ws.served_positions, layout, ws.pull_send);
+  // The sum is written straight into the pull message.
+  const int64_t served = width == 1 && domains.size(r) <= (int64_t{1} << 32)
+                             ? AggregateElements(domains.size(r))
+                             : AggregateRows(domains.size(r), width);
+  WriteRowsIndex(domains.size(r), width, ws.served_positions, ws.pull_layout, ws.pull_send);
   stats_.served_rows = served;
   stats_.aggregate_seconds = Since(t0);
 
   // Pull: this server's sum to everyone, hash bitmap or COO.
   t0 = Clock::now();
-  stats_.pull_encoding = layout.encoding;
+  stats_.pull_encoding = ws.pull_layout.encoding;
   AllGatherVInto(comm, ws.pull_send, ws.pull_recv, CooBound(domains.max_size(), width),
                  ws.requests);
   const Snapshot after_pull = Take(comm);
@@ -174,6 +171,69 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   stats_.push_bytes_recv = after_push.recv - before_push.recv;
   stats_.pull_bytes_sent = after_pull.sent - after_push.sent;
   stats_.pull_bytes_recv = after_pull.recv - after_push.recv;
+}
+
+int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width) {
+  Workspace& ws = ws_;
+  // A keys-only merge counts the union (which fixes the encoding and the
+  // values' offset); the second merge writes the summed values where they
+  // are sent from.
+  const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
+  ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding);
+  ws.pull_send.resize(ws.pull_layout.bytes);
+  MergeSumRowsInto(ws.parts, width, ws.served_positions,
+                   reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset),
+                   ws.merge);
+  return served;
+}
+
+int64_t ZenScheme::AggregateElements(int64_t domain_size) {
+  // Width 1, positions below 2^32: one word per incoming element, the
+  // position above the value's bits, radix-sorted (stable: equal positions
+  // keep the parts' rank order, so the sums are added in the same order as
+  // the n-way merge adds them), then one pass that sums runs of equal
+  // positions into the pull message. About a tenth of the merge's work.
+  Workspace& ws = ws_;
+  size_t total = 0;
+  for (const RowsView& part : ws.parts) total += part.ids.size();
+  ws.words.resize(total);
+  uint64_t* w = ws.words.data();
+  for (const RowsView& part : ws.parts) {
+    for (size_t i = 0; i < part.ids.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &part.values[i], sizeof(bits));
+      *w++ = static_cast<uint64_t>(part.ids[i]) << 32 | bits;
+    }
+  }
+  const int position_bits =
+      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(domain_size - 1))));
+  SortWordsByBits(ws.words, ws.word_scratch, 32, position_bits);
+  ws.served_positions.clear();
+  for (size_t i = 0; i < total; ++i) {
+    const int64_t p = static_cast<int64_t>(ws.words[i] >> 32);
+    if (ws.served_positions.empty() || ws.served_positions.back() != p) {
+      ws.served_positions.push_back(p);
+    }
+  }
+  const int64_t served = static_cast<int64_t>(ws.served_positions.size());
+  ws.pull_layout = LayoutRows(domain_size, served, 1, config_.pull_encoding);
+  ws.pull_send.resize(ws.pull_layout.bytes);
+  float* out = reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset);
+  size_t k = 0;
+  for (size_t i = 0; i < total;) {
+    const uint64_t p = ws.words[i] >> 32;
+    float sum;
+    uint32_t bits = static_cast<uint32_t>(ws.words[i]);
+    std::memcpy(&sum, &bits, sizeof(sum));
+    for (++i; i < total && (ws.words[i] >> 32) == p; ++i) {
+      float v;
+      bits = static_cast<uint32_t>(ws.words[i]);
+      std::memcpy(&v, &bits, sizeof(v));
+      sum += v;
+    }
+    out[k++] = sum;
+  }
+  return served;
 }
 
 template <typename Fn>
@@ -206,21 +266,70 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
 
   Exchange(comm, domains, local.width(), where);
   // The servers' partitions are disjoint: order the union by id (radix
-  // sort of (id, row) pairs), then gather the rows once.
+  // sort of (id, payload) pairs), then write ids and values once. For
+  // element-sparse tensors (width 1) the payload is the value's bits, so
+  // the sort carries the values and nothing is gathered afterwards; for
+  // wider rows it is the row's index and each row is copied once.
   t0 = Clock::now();
-  ws_.order.clear();
-  ws_.rows.clear();
-  ForEachResultRow(domains, [&](int64_t id, const float* row) {
-    ws_.order.push_back({id, static_cast<int64_t>(ws_.rows.size())});
-    ws_.rows.push_back(row);
-  });
-  SortByKey(ws_.order, ws_.sort_scratch, local.rows());
   const size_t w = static_cast<size_t>(local.width());
-  std::vector<int64_t> ids(ws_.order.size());
-  std::vector<float> values(ws_.order.size() * w);
-  for (size_t i = 0; i < ws_.order.size(); ++i) {
-    ids[i] = ws_.order[i].key;
-    CopyRow(values.data() + i * w, ws_.rows[static_cast<size_t>(ws_.order[i].item)], local.width());
+  size_t total = 0;
+  for (const RowsMessage& m : ws_.pulled) total += static_cast<size_t>(m.count);
+  std::vector<int64_t> ids;
+  std::vector<float> values;
+  const RowOwner& owner = domains.owner();
+  if (w == 1 && local.rows() <= (int64_t{1} << 32)) {
+    // Element-sparse: one 8-byte word per row, the id above the value's
+    // bits; sorting the words orders the values too.
+    // Keys first (a branch-light pass over the index), then the inverse
+    // permutation in a tight loop the CPU can overlap across rows.
+    ws_.words.resize(total);
+    uint64_t* out = ws_.words.data();
+    for (int j = 0; j < domains.servers(); ++j) {
+      const RowsMessage& m = ws_.pulled[static_cast<size_t>(j)];
+      const uint64_t start = static_cast<uint64_t>(domains.start(j));
+      const float* v = m.row(0);
+      m.ForEach([&](size_t i, int64_t p) {
+        uint32_t bits;
+        std::memcpy(&bits, v + i, sizeof(bits));
+        *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
+      });
+    }
+    for (uint64_t& x : ws_.words) {
+      x = static_cast<uint64_t>(owner.IdOfKey(static_cast<int64_t>(x >> 32))) << 32 |
+          (x & 0xffffffffu);
+    }
+    const int id_bits = std::max(1, static_cast<int>(std::bit_width(
+                                        static_cast<uint64_t>(local.rows() - 1))));
+    SortWordsByBits(ws_.words, ws_.word_scratch, 32, id_bits);
+    ids.reserve(total);  // filled below without a zeroing pass
+    values.reserve(total);
+    for (const uint64_t x : ws_.words) {
+      ids.push_back(static_cast<int64_t>(x >> 32));
+      const uint32_t bits = static_cast<uint32_t>(x);
+      float v;
+      std::memcpy(&v, &bits, sizeof(v));
+      values.push_back(v);
+    }
+  } else {
+    ids.resize(total);
+    values.resize(total * w);
+    ws_.order.resize(total);
+    ws_.rows.clear();
+    KeyItem* out = ws_.order.data();
+    for (int j = 0; j < domains.servers(); ++j) {
+      const RowsMessage& m = ws_.pulled[static_cast<size_t>(j)];
+      const int64_t start = domains.start(j);
+      m.ForEach([&](size_t i, int64_t p) {
+        *out++ = {owner.IdOfKey(start + p), static_cast<int64_t>(ws_.rows.size())};
+        ws_.rows.push_back(m.row(i));
+      });
+    }
+    SortByKey(ws_.order, ws_.sort_scratch, local.rows());
+    for (size_t i = 0; i < total; ++i) {
+      ids[i] = ws_.order[i].key;
+      CopyRow(values.data() + i * w, ws_.rows[static_cast<size_t>(ws_.order[i].item)],
+              local.width());
+    }
   }
   stats_.decode_seconds += Since(t0);
   stats_.result_rows = static_cast<int64_t>(ids.size());

@@ -110,11 +110,13 @@ class ZenScheme final : public Scheme {
     Partitions mine;
     std::vector<ByteBuffer> push_send, push_recv, pull_recv;
     ByteBuffer pull_send;
+    RowsLayout pull_layout;
     std::vector<RowsView> parts;
     std::vector<int64_t> served_positions;
     MergeScratch merge;
     std::vector<RowsMessage> pulled;  // views into pull_recv
     std::vector<KeyItem> order, sort_scratch;
+    std::vector<uint64_t> words, word_scratch;  // element-sparse output order
     std::vector<const float*> rows;
     RequestList requests;
   };
@@ -123,6 +125,10 @@ class ZenScheme final : public Scheme {
   // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
   // (served_*) and views of the other servers' pull messages (pulled[j]).
   void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where);
+  // This server's sum of ws_.parts into ws_.pull_send (values) and
+  // ws_.served_positions; sets ws_.pull_layout; returns the row count.
+  int64_t AggregateRows(int64_t domain_size, int64_t width);
+  int64_t AggregateElements(int64_t domain_size);  // width 1, domain <= 2^32
   // fn(id, row) for every row of the global sum (disjoint across servers).
   template <typename Fn>
   void ForEachResultRow(const HashDomains& domains, Fn&& fn) const;

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -284,6 +285,42 @@ TEST(Zen, AutoPullEncodingFollowsDensity) {
       const int other = want == RowEncoding::kCoo ? scheme.last_stats().pull_coo_messages
                                                   : scheme.last_stats().pull_bitmap_messages;
       EXPECT_EQ(other, 3);
+    });
+  }
+}
+
+// Width 1 takes the element path (packed words, radix-sorted aggregation
+// and output). Its sums are the rank-order float sums, bit for bit, the
+// same as the n-way merge of wider rows adds them.
+TEST(Zen, ElementSparseSumsAreRankOrderFloatSums) {
+  SyntheticSpec spec;
+  spec.rows = 1 << 20;
+  spec.width = 1;
+  spec.density = 0.03;
+  spec.skew = 1.2;  // many ids shared by several ranks
+  const int n = 5;
+  const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, n);
+  std::map<int64_t, float> want;  // rank order: ((x0 + x1) + x2) ...
+  for (const SparseTensor& t : inputs) {
+    for (size_t i = 0; i < t.nnz(); ++i) {
+      auto [it, fresh] = want.emplace(t.ids()[i], t.values()[i]);
+      if (!fresh) it->second += t.values()[i];
+    }
+  }
+  for (const auto backend : {Backend::kInProc, Backend::kGlooTcp}) {
+    testing::RunRanks(backend, n, [&](Communicator& comm) {
+      ZenScheme scheme;
+      for (int call = 0; call < 2; ++call) {  // the second reuses the workspace
+        const SparseTensor sum = scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+        ASSERT_EQ(sum.nnz(), want.size());
+        size_t i = 0;
+        for (const auto& [id, v] : want) {
+          ASSERT_EQ(sum.ids()[i], id);
+          ASSERT_EQ(std::bit_cast<uint32_t>(sum.values()[i]), std::bit_cast<uint32_t>(v))
+              << "id " << id;
+          ++i;
+        }
+      }
     });
   }
 }
