@@ -14,9 +14,10 @@
 // Every item's problem (dtype, layout, ids that are not integers) is put on
 // the item rather than raised here, so that it travels through the batch's
 // metadata round and every rank raises for the batch. A dense or sparse item
-// may end with a dict of options: "scheme" (this tensor's scheme id) and
+// may end with a dict of options: "scheme" (this tensor's scheme id),
 // "dtype" (the caller's dtype before conversion to float32, compared across
-// ranks).
+// ranks) and "values" ("bf16"/"fp16": values at half width on the wire,
+// summed in float32; scheme zen, which "auto" then means).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -111,7 +112,8 @@ void AddItem(PyBatch& b, const py::handle& item) {
   const auto kind = tuple[py::int_(0)].cast<std::string>();
   t.name = py::str(tuple[py::int_(1)]).cast<std::string>();
   const size_t n = py::len(tuple);
-  // An optional trailing dict: {"scheme": id, "dtype": "bfloat16"}.
+  // An optional trailing dict: {"scheme": id, "dtype": "bfloat16",
+  // "values": "bf16" | "fp16" | "fp32" (on the wire)}.
   auto options = [&](size_t at) {
     if (n <= at) return;
     const py::object o = tuple[py::int_(at)];
@@ -121,6 +123,17 @@ void AddItem(PyBatch& b, const py::handle& item) {
     const auto d = py::reinterpret_borrow<py::dict>(o);
     if (d.contains("scheme")) t.scheme = py::str(d["scheme"]).cast<std::string>();
     if (d.contains("dtype")) t.dtype = py::str(d["dtype"]).cast<std::string>();
+    if (d.contains("values")) {
+      // Values on the wire; a bad name fails this item on every rank.
+      const std::string v = py::str(d["values"]).cast<std::string>();
+      if (v == "bf16" || v == "bfloat16") {
+        t.values = WireValues::kBfloat16;
+      } else if (v == "fp16" || v == "float16") {
+        t.values = WireValues::kFloat16;
+      } else if (v != "fp32" && v != "float32") {
+        if (error.empty()) error = "values must be 'fp32', 'bf16' or 'fp16', got '" + v + "'";
+      }
+    }
   };
   if (kind == "dense" && (n == 5 || n == 6)) {
     options(5);

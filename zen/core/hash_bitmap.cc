@@ -171,6 +171,112 @@ RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int
   return l.encoding;
 }
 
+namespace {
+
+uint16_t ToBfloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+float FromBfloat16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+uint16_t ToFloat16(float f) {
+  const _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, sizeof(u));
+  return u;
+}
+float FromFloat16(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, sizeof(h));
+  return static_cast<float>(h);
+}
+
+// Where the values of a message with this header start.
+bool ValuesOffset(const Header& h, int64_t domain_size, size_t& out) {
+  if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo)) {
+    size_t index = 0;
+    if (h.count < 0 || !TryMul(static_cast<size_t>(h.count), sizeof(int64_t), index)) return false;
+    return TryAdd(kRowHeaderBytes, index, out);
+  }
+  if (h.encoding == static_cast<uint8_t>(RowEncoding::kHashBitmap) && domain_size >= 0) {
+    out = kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* WireValuesName(WireValues v) {
+  switch (v) {
+    case WireValues::kBfloat16: return "bfloat16";
+    case WireValues::kFloat16: return "float16";
+    default: return "float32";
+  }
+}
+
+void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v) {
+  if (v == WireValues::kFloat32) return;
+  Header h;
+  std::memcpy(&h, msg.data() + at, sizeof(h));
+  size_t offset = 0;
+  if (!ValuesOffset(h, h.domain_size, offset)) {
+    throw InvalidArgument(Where{}, "narrow rows: not an encoded rows message");
+  }
+  const size_t n = static_cast<size_t>(h.count) * static_cast<size_t>(h.width);
+  std::byte* values = msg.data() + at + offset;
+  // Forward in place: the 16-bit value i lands at or before float i.
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, values + i * sizeof(float), sizeof(f));
+    const uint16_t u = v == WireValues::kBfloat16 ? ToBfloat16(f) : ToFloat16(f);
+    std::memcpy(values + i * sizeof(uint16_t), &u, sizeof(u));
+  }
+  h.reserved = static_cast<uint16_t>(v);
+  std::memcpy(msg.data() + at, &h, sizeof(h));
+  msg.resize(at + offset + n * sizeof(uint16_t));
+}
+
+void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t width,
+                     WireValues v, int server, const Where& where) {
+  if (v == WireValues::kFloat32) return;
+  Header h;
+  size_t offset = 0, n = 0, narrow = 0, wide = 0;
+  if (msg.size() < kRowHeaderBytes) {
+    throw FormatError(where, "row message from server ", server, " has ", msg.size(),
+                      " bytes, less than its ", kRowHeaderBytes, "-byte header");
+  }
+  std::memcpy(&h, msg.data(), sizeof(h));
+  if (h.magic != kRowMagic || h.version != kRowVersion || h.reserved != static_cast<uint16_t>(v) ||
+      h.width != width || h.count < 0 || h.count > domain_size ||
+      !ValuesOffset(h, domain_size, offset) ||
+      !TryMul(static_cast<size_t>(h.count), static_cast<size_t>(width), n) ||
+      !TryMul(n, sizeof(uint16_t), narrow) || !TryAdd(offset, narrow, narrow) ||
+      narrow != msg.size() || !TryAdd(narrow, n * sizeof(uint16_t), wide)) {
+    throw FormatError(where, "row message from server ", server, ": not a message of width ",
+                      width, " with ", WireValuesName(v), " values (", msg.size(),
+                      " bytes, format field ", h.reserved, ")");
+  }
+  msg.resize(wide);
+  std::byte* values = msg.data() + offset;
+  // Backward in place: float i lands at or after the 16-bit value i.
+  for (size_t i = n; i-- > 0;) {
+    uint16_t u;
+    std::memcpy(&u, values + i * sizeof(uint16_t), sizeof(u));
+    const float f = v == WireValues::kBfloat16 ? FromBfloat16(u) : FromFloat16(u);
+    std::memcpy(values + i * sizeof(float), &f, sizeof(f));
+  }
+  h.reserved = 0;
+  std::memcpy(msg.data(), &h, sizeof(h));
+}
+
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
                       int64_t width, const Where& where) {
   if (message.size() < kRowHeaderBytes) {

@@ -152,6 +152,26 @@ struct RowsMessage {
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
                       int64_t width, const Where& where);
 
+// Values on the wire at half width (opt-in, e.g. torch's bf16 compression
+// composed with ZEN's sparsity): a message is encoded with float32 values as
+// usual, then narrowed in place (its values become 16-bit, the message
+// shrinks by 2 x count x width bytes, the header's format field says so);
+// the receiver widens it back to float32 before ParseRows. Sums stay
+// float32; only what crosses the wire is rounded (bfloat16: round to
+// nearest even; float16: IEEE conversion, overflow to infinity).
+enum class WireValues : uint8_t { kFloat32 = 0, kBfloat16 = 1, kFloat16 = 2 };
+const char* WireValuesName(WireValues v);  // "float32", "bfloat16", "float16"
+// The message of `msg` starting at byte `at` (to msg's end), encoded by
+// EncodeRows/LayoutRows: its values narrowed; msg is resized. No-op for
+// kFloat32.
+void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v);
+// A narrowed message (the whole of msg) widened back in place. FormatError,
+// prefixed by `where` and naming `server`, when the header or the size does
+// not match a narrowed message of `width` over `domain_size`. No-op for
+// kFloat32.
+void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t width,
+                     WireValues v, int server, const Where& where);
+
 struct DecodedRows {
   RowEncoding encoding = RowEncoding::kCoo;
   std::vector<int64_t> positions;  // ascending, in [0, domain_size)

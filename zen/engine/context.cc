@@ -19,7 +19,10 @@ uint64_t Mix(uint64_t h, std::string_view s) {
 }
 
 const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback) {
-  return t.scheme.empty() ? fallback : t.scheme;
+  static const std::string kZen = "zen";
+  const std::string& id = t.scheme.empty() ? fallback : t.scheme;
+  // Half-width values are ZEN's: "auto" picks it.
+  return t.values != WireValues::kFloat32 && id == "auto" ? kZen : id;
 }
 
 // What the ranks must agree on for one tensor, in a fixed field order.
@@ -29,9 +32,11 @@ std::vector<std::string> Fields(const BatchTensor& t, const std::string& fallbac
           std::to_string(t.rows),
           std::to_string(t.width),
           t.dtype.empty() ? "float32" : t.dtype,
-          SchemeOf(t, fallback)};
+          t.scheme.empty() ? fallback : t.scheme,  // as asked (auto stays auto)
+          WireValuesName(t.values)};
 }
-constexpr const char* kFieldNames[] = {"name", "layout", "rows", "width", "dtype", "scheme"};
+constexpr const char* kFieldNames[] = {"name", "layout", "rows", "width", "dtype", "scheme",
+                                       "values"};
 
 // One line per tensor, fields separated by tabs (names cannot hold tabs or
 // newlines that matter here: they are escaped).
@@ -83,6 +88,10 @@ std::string LocalError(const BatchTensor& t, const std::string& scheme,
                        const SchemeRegistry& registry) {
   if (!t.error.empty()) return t.error;
   if (!registry.Find(scheme)) return "unknown scheme '" + scheme + "'";
+  if (t.values != WireValues::kFloat32 && scheme != "zen") {
+    return detail::Concat(WireValuesName(t.values), " values on the wire need scheme zen, not '",
+                          scheme, "'");
+  }
   if (t.rows < 1 || t.width < 1) {
     return detail::Concat("shape [", t.rows, ", ", t.width,
                           "] is invalid: rows and width must be >= 1");
@@ -244,13 +253,16 @@ void Context::Drain() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
 }
 
-Scheme& Context::scheme(const std::string& id) {
+Scheme& Context::scheme(const std::string& id, WireValues values) {
   std::lock_guard lock(schemes_mu_);
-  auto it = schemes_.find(id);
+  const std::string key = id + "/" + WireValuesName(values);
+  auto it = schemes_.find(key);
   if (it == schemes_.end()) {
-    std::unique_ptr<Scheme> s = AllSchemes().Create(id, options_.scheme_options);
+    SchemeOptions options = options_.scheme_options;
+    options.wire_values = values;
+    std::unique_ptr<Scheme> s = AllSchemes().Create(id, options);
     s->set_check_agreement(false);  // the batch's round did it
-    it = schemes_.emplace(id, std::move(s)).first;
+    it = schemes_.emplace(key, std::move(s)).first;
   }
   return *it->second;
 }
@@ -291,7 +303,7 @@ void Context::Execute(const Job& job) {
   std::vector<BatchTensor>& tensors = *job.tensors;
   CheckBatchAgree(*comm_, job.name, tensors, options_.scheme);
   for (BatchTensor& t : tensors) {
-    Scheme& s = scheme(SchemeOf(t, options_.scheme));
+    Scheme& s = scheme(SchemeOf(t, options_.scheme), t.values);
     if (t.kind == BatchTensor::Kind::kDense) {
       s.SyncDense(*comm_, t.dense, t.rows, t.width, t.name);
     } else {

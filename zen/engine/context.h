@@ -70,6 +70,10 @@ struct BatchTensor {
   // The caller's dtype before any conversion to float32 (e.g. "bfloat16"):
   // only compared across ranks; empty means float32.
   std::string dtype;
+  // Values on the wire: float32, or bfloat16/float16 (half the value bytes;
+  // sums stay float32). Half widths need scheme "zen" ("auto" then means
+  // zen); the ranks must agree.
+  WireValues values = WireValues::kFloat32;
   // Set when this rank cannot synchronize the tensor (e.g. an unsupported
   // dtype seen by a binding): every rank then raises InvalidArgument for
   // the batch, this rank with this message.
@@ -153,7 +157,7 @@ class Context {
   // The scheme object the context uses for an id (created on first use);
   // e.g. to read ZenLastStats or an auto decision. Read it only while no
   // batch is in flight (the progress thread uses it).
-  Scheme& scheme(const std::string& id);
+  Scheme& scheme(const std::string& id, WireValues values = WireValues::kFloat32);
 
  private:
   struct Job {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -183,6 +185,56 @@ TEST_P(ContextTest, DifferentTensorsFailEveryRankNamingTheTensor) {
     EXPECT_NE(w.find(r == 1 ? "rows 500 on rank 0 vs 250 on rank 1" : "rows 250 on rank 1 vs 500"),
               std::string::npos)
         << w;
+  }
+}
+
+// Half-width values: "auto" becomes zen and the batch is summed with bfloat16
+// on the wire; ranks that disagree on the values all raise MismatchError
+// naming the field.
+TEST_P(ContextTest, HalfWidthValuesAreAgreedAndUseZen) {
+  const Bucket b;
+  std::vector<std::string> what(kWorld);
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        Context ctx(comm, Opt(GetParam()));
+        std::vector<float> c = b.inputs[1][r].ToDense();
+        std::vector<BatchTensor> batch = {BatchTensor::Dense(b.names[1], c, 37, 1)};
+        batch[0].values = WireValues::kBfloat16;
+        if (GetParam() != "auto" && GetParam() != "zen") {
+          // Other schemes send float32 only: every rank refuses.
+          try {
+            ctx.Sync("bucket", batch);
+            ADD_FAILURE() << GetParam() << " accepted bfloat16 values";
+          } catch (const InvalidArgument& e) {
+            EXPECT_NE(std::string(e.what()).find("need scheme zen"), std::string::npos) << e.what();
+          }
+          batch[0].scheme = "zen";
+        }
+        ctx.Sync("bucket", batch);
+        const Agreement agree = DenseReference(b.inputs[1]).CompareDense(c);
+        {
+          std::lock_guard lock(mu_);
+          EXPECT_EQ(agree.rows_mismatch, 0);
+          EXPECT_LE(agree.max_rel_error, 3 * 0x1p-8);
+          for (const float x : c) EXPECT_EQ(std::bit_cast<uint32_t>(x) & 0xffffu, 0u);
+        }
+        std::vector<float> d = b.inputs[1][r].ToDense();
+        std::vector<BatchTensor> odd = {BatchTensor::Dense(b.names[1], d, 37, 1)};
+        odd[0].scheme = batch[0].scheme;
+        if (comm.rank() == 1) odd[0].values = WireValues::kFloat16;
+        try {
+          ctx.Sync("bucket", odd);
+        } catch (const MismatchError& e) {
+          std::lock_guard lock(mu_);
+          what[r] = e.what();
+        }
+      },
+      kTimeout);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_NE(what[static_cast<size_t>(r)].find("values"), std::string::npos)
+        << "rank " << r << ": " << what[static_cast<size_t>(r)];
   }
 }
 

@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "zen/comm/communicator.h"
+#include "zen/core/hash_bitmap.h"
 #include "zen/core/sparse_tensor.h"
 
 namespace zen {
@@ -55,6 +56,9 @@ struct SchemeOptions {
   bool check_agreement = true;    // metadata exchange before data moves
   int64_t block_values = 256;     // block size (OmniReduce)
   int threads = 0;                // local worker threads; 0 = hardware concurrency
+  // Values on the wire (ZEN only; other schemes send float32 and the
+  // engine refuses them anything else): see hash_bitmap.h.
+  WireValues wire_values = WireValues::kFloat32;
 };
 
 class Scheme {

@@ -111,6 +111,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     if (j == r) continue;
     EncodeRows(domains.size(j), width, mine.positions_of(j), mine.values_of(j),
                EncodingChoice::kCoo, ws.push_send[static_cast<size_t>(j)]);
+    NarrowRowsValues(ws.push_send[static_cast<size_t>(j)], 0, options_.wire_values);
     stats_.pushed_rows += mine.count(j);
   }
   // A peer may announce at most a COO message of every row of this domain.
@@ -126,6 +127,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
       continue;
     }
+    WidenRowsValues(ws.push_recv[static_cast<size_t>(i)], domains.size(r), width,
+                    options_.wire_values, i, where);
     const RowsMessage m =
         ParseRows(ws.push_recv[static_cast<size_t>(i)], domains.size(r), r, width, where);
     if (m.encoding != RowEncoding::kCoo) {
@@ -147,8 +150,11 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   // Pull: this server's sum to everyone, hash bitmap or COO.
   t0 = Clock::now();
   stats_.pull_encoding = ws.pull_layout.encoding;
+  NarrowRowsValues(ws.pull_send, 0, options_.wire_values);
   AllGatherVInto(comm, ws.pull_send, ws.pull_recv, CooBound(domains.max_size(), width),
                  ws.requests);
+  // Every rank, this server included, uses the rounded sums it sent.
+  WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
   const Snapshot after_pull = Take(comm);
   stats_.pull_seconds = Since(t0);
 
@@ -159,6 +165,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       ws.pulled[static_cast<size_t>(j)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
       continue;
     }
+    WidenRowsValues(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), width,
+                    options_.wire_values, j, where);
     const RowsMessage m =
         ParseRows(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), j, width, where);
     ws.pulled[static_cast<size_t>(j)] = m;

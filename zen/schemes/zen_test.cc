@@ -325,6 +325,91 @@ TEST(Zen, ElementSparseSumsAreRankOrderFloatSums) {
   }
 }
 
+// Half-width values on the wire: every result value is representable in
+// the wire format (the pull's rounding), close to the float32 sum, equal on
+// every rank; the value bytes are halved.
+TEST(Zen, HalfWidthValuesOnTheWire) {
+  for (const int64_t width : {int64_t{1}, int64_t{8}}) {
+    SyntheticSpec spec;
+    spec.rows = 20000;
+    spec.width = width;
+    spec.density = 0.05;
+    spec.skew = 1.1;
+    const int n = 4;
+    const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, n);
+    const DenseReference reference(inputs);
+    for (const WireValues v : {WireValues::kBfloat16, WireValues::kFloat16}) {
+      std::mutex mu;
+      std::vector<SparseTensor> results(n);
+      std::vector<ZenStats> full(n), half(n);
+      testing::RunRanks(Backend::kGlooTcp, n, [&](Communicator& comm) {
+        const auto me = static_cast<size_t>(comm.rank());
+        ZenScheme wide;
+        wide.Sync(comm, inputs[me]);
+        SchemeOptions o;
+        o.wire_values = v;
+        ZenScheme narrow(o);
+        SparseTensor sum;
+        for (int call = 0; call < 2; ++call) sum = narrow.Sync(comm, inputs[me]);
+        std::lock_guard lock(mu);
+        full[me] = wide.last_stats();
+        half[me] = narrow.last_stats();
+        results[me] = std::move(sum);
+      });
+      const double tolerance = v == WireValues::kBfloat16 ? 3 * 0x1p-8 : 3 * 0x1p-11;
+      const Agreement a = reference.Compare(results[0]);
+      EXPECT_EQ(a.rows_mismatch, 0);
+      EXPECT_LE(a.max_rel_error, tolerance) << WireValuesName(v) << " width " << width;
+      EXPECT_GT(a.max_rel_error, 0) << "nothing was rounded";
+      for (int r = 1; r < n; ++r) {
+        const SparseTensor& t = results[static_cast<size_t>(r)];
+        ASSERT_TRUE(std::ranges::equal(t.ids(), results[0].ids())) << "rank " << r;
+        ASSERT_TRUE(std::ranges::equal(t.values(), results[0].values())) << "rank " << r;
+      }
+      for (const float x : results[0].values()) {
+        if (v == WireValues::kBfloat16) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(x) & 0xffffu, 0u) << x << " is not a bfloat16";
+        } else {
+          ASSERT_EQ(static_cast<float>(static_cast<_Float16>(x)), x) << x << " is not a float16";
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        const ZenStats& f = full[static_cast<size_t>(r)];
+        const ZenStats& h = half[static_cast<size_t>(r)];
+        // Each message loses exactly 2 bytes per value.
+        const auto w = static_cast<uint64_t>(width);
+        EXPECT_EQ(f.push_bytes_sent - h.push_bytes_sent, 2 * w * static_cast<uint64_t>(h.pushed_rows));
+        EXPECT_EQ(f.pull_bytes_sent - h.pull_bytes_sent,
+                  2 * w * static_cast<uint64_t>(h.served_rows) * static_cast<uint64_t>(n - 1));
+      }
+    }
+  }
+}
+
+TEST(Zen, WidenRejectsAMessageOfTheWrongSize) {
+  std::vector<std::byte> msg;
+  const std::vector<int64_t> positions = {1, 5, 9};
+  const std::vector<float> values = {1.5f, -2.25f, 3.0f, 4.0f, 5.0f, 6.0f};
+  EncodeRows(100, 2, positions, values, EncodingChoice::kCoo, msg);
+  NarrowRowsValues(msg, 0, WireValues::kBfloat16);
+  std::vector<std::byte> good = msg;
+  WidenRowsValues(good, 100, 2, WireValues::kBfloat16, 3, Where{0, "t"});
+  DecodedRows d;
+  DecodeRows(good, 100, 3, 2, Where{0, "t"}, d);
+  EXPECT_EQ(d.positions, positions);
+  EXPECT_EQ(d.values, values);  // all exact in bfloat16
+  std::vector<std::byte> short_msg(msg.begin(), msg.end() - 2);
+  EXPECT_THROW(WidenRowsValues(short_msg, 100, 2, WireValues::kBfloat16, 3, Where{0, "t"}),
+               FormatError);
+  std::vector<std::byte> fp16 = msg;  // narrowed as bfloat16, read as float16
+  EXPECT_THROW(WidenRowsValues(fp16, 100, 2, WireValues::kFloat16, 3, Where{0, "t"}), FormatError);
+  std::vector<std::byte> not_narrowed;
+  EncodeRows(100, 2, positions, values, EncodingChoice::kCoo, not_narrowed);
+  EXPECT_THROW(
+      WidenRowsValues(not_narrowed, 100, 2, WireValues::kBfloat16, 3, Where{0, "t"}),
+      FormatError);
+}
+
 TEST(Zen, RankZeroSeedIsAgreedWhateverTheLocalSeeds) {
   SyntheticSpec spec;
   spec.rows = 10000;
