@@ -59,12 +59,12 @@ class Net(nn.Module):
         return self.proj(self.norm(self.emb(x)).mean(1))
 
 
-def train(sparse, rank, scheme):
+def train(sparse, rank, scheme, **options):
     torch.manual_seed(0)
     model = Net(sparse)
     # Small buckets so that several dense buckets, each of several views, occur.
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
-    state = zen.torch.register(ddp, scheme=scheme) if scheme else None
+    state = zen.torch.register(ddp, scheme=scheme, **options) if scheme else None
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     losses = []
     for step in range(STEPS):
@@ -81,18 +81,31 @@ def train(sparse, rank, scheme):
 
 
 def scenario_ddp(rank, world):
+    """Per configuration: losses, the reference's, and the parameters that
+    are not bit-for-bit plain DDP's (torch.equal; the test says where that
+    is required). Within RTOL everywhere, asserted here."""
     results = {}
     for sparse in (False, True):
         reference, _, ref_losses = train(sparse, rank, None)
-        for scheme in ("auto", "zen", "agsparse"):
-            model, state, losses = train(sparse, rank, scheme)
+        configs = [(scheme, {}) for scheme in ("auto", "zen", "agsparse")]
+        # Dense buckets on the process group from the first call: zen
+        # synchronizes the sparse embedding only.
+        configs.append(("auto", {"dense_threshold": 0}))
+        for scheme, options in configs:
+            model, state, losses = train(sparse, rank, scheme, **options)
+            inexact = []
             for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
                 assert_close(p, q, f"sparse={sparse} scheme={scheme} parameter {name}")
+                if not torch.equal(p, q):
+                    inexact.append(name)
                 if sparse and name == "emb.weight":
                     assert p.grad.is_sparse and p.grad.is_coalesced()
-            assert state.comm.bytes_sent > 0
-            results[f"sparse={sparse},{scheme}"] = {"losses": losses, "ref": ref_losses,
-                                                    "bytes_sent": state.comm.bytes_sent}
+            if sparse or not options:
+                assert state.comm.bytes_sent > 0
+            key = f"sparse={sparse},{scheme}" + "".join(f",{k}={v}" for k, v in options.items())
+            results[key] = {"losses": losses, "ref": ref_losses, "inexact": inexact,
+                            "modes": {str(k): v for k, v in state.bucket_modes.items()},
+                            "bytes_sent": state.comm.bytes_sent}
     return results
 
 
