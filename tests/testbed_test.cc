@@ -4,7 +4,9 @@
 //
 // Tests that need root and iproute2 (and the right to create network
 // namespaces) skip cleanly where those are missing; the peer tests skip when
-// /usr/bin/python3 cannot import torch.
+// the interpreter the zen CLI runs its torch peers with cannot import torch:
+// $ZEN_PYTHON (scripts/test exports the venv's, torch 2.13), else
+// /usr/bin/python3 (the CLI's own rule, tools/zen/testbed.cc).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -71,9 +73,17 @@ std::string WhyNoTestbed() {
   return "";
 }
 
+// The interpreter `zen bench --peers` runs (the same rule as the CLI's).
+std::string PeerPython() {
+  const char* env = std::getenv("ZEN_PYTHON");
+  return env && *env ? env : "/usr/bin/python3";
+}
+
 bool HaveTorch() {
   int st = 0;
-  Output("/usr/bin/python3 -c 'import torch, numpy'", &st);
+  std::string cmd = PeerPython();
+  cmd += " -c 'import torch, numpy'";
+  Output(cmd, &st);
   return st == 0;
 }
 
@@ -262,7 +272,7 @@ TEST(Testbed, KilledLauncherLeavesNoNamespaces) {
 }
 
 TEST(Peers, LoopbackRowsCheckedAndBytesNotInvented) {
-  if (!HaveTorch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  if (!HaveTorch()) GTEST_SKIP() << PeerPython() << " cannot import torch";
   const BenchRun run =
       Bench("--world 2 --iters 2 --warmup 1 --schemes agsparse --peers all " + std::string(kSmall));
   ASSERT_EQ(run.status, 0) << run.output;
@@ -282,7 +292,7 @@ TEST(Peers, LoopbackRowsCheckedAndBytesNotInvented) {
 
 TEST(Peers, OnTestbedWireBytesMatchTheAllgather) {
   SKIP_WITHOUT_TESTBED();
-  if (!HaveTorch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  if (!HaveTorch()) GTEST_SKIP() << PeerPython() << " cannot import torch";
   const BenchRun run = Bench(
       "--testbed 2x2gbit --iters 2 --warmup 1 --schemes agsparse "
       "--peers torch-gloo-sparse " +

@@ -19,5 +19,6 @@ def job(request, session_tmp):
     """All scenarios on 2 and 3 ranks, once per session (torch start-up is the cost)."""
     world = request.param
     results, log = run_ranks(session_tmp.mktemp(f"world{world}"), world,
-                             ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp"])
+                             ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp",
+                              "values_pg", "values"])
     return world, results, log

@@ -2,6 +2,7 @@
 job's TCPStore carries zen's rendezvous): zen and plain Gloo print the same
 losses, step by step."""
 
+import json
 import re
 import subprocess
 
@@ -25,10 +26,29 @@ def train(sync, *extra):
     return losses, run.stdout
 
 
-def test_train_lm_zen_matches_gloo():
+def test_train_lm_zen_matches_gloo(tmp_path):
     # Sparse embedding (the dense-bucket path is compared with DDP in
     # test_zen_torch_ranks.py; one launcher run costs seconds of torch start-up).
-    zen_losses, out = train("zen")
+    # On 2 ranks the losses (printed to 9 digits: the float32 value) are
+    # identical; the timeline lists every bucket of every step.
+    timeline = tmp_path / "timeline.json"
+    zen_losses, out = train("zen", "--timeline", str(timeline))
     assert "zen scheme" in out and "payload bytes" in out, out
+    assert re.search(r"timeline: step [0-9.]+ ms vs compute-only", out), out
     gloo_losses, _ = train("gloo")
     assert zen_losses == pytest.approx(gloo_losses, rel=1e-5)
+    assert zen_losses == gloo_losses
+    data = json.loads(timeline.read_text())
+    assert len(data["steps"]) == 3
+    for step in data["steps"]:
+        assert step["step_start"] <= step["backward_start"] <= step["backward_end"] <= step["step_end"]
+        assert step["buckets"], step
+        for b in step["buckets"]:
+            # Started during backward, completed before backward returned.
+            assert step["backward_start"] <= b["start"] <= b["end"] <= step["backward_end"], step
+
+
+def test_train_lm_without_embedding_zen_matches_gloo():
+    zen_losses, _ = train("zen", "--model", "none")
+    gloo_losses, _ = train("gloo", "--model", "none")
+    assert zen_losses == gloo_losses

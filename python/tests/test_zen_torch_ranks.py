@@ -2,6 +2,8 @@
 edge-case buckets, allreduce_ against torch.distributed, and errors that must
 raise on every rank without a hang (scenarios in zen_worker.py)."""
 
+import pytest
+
 from zen_torch_testing import check
 
 
@@ -14,6 +16,36 @@ def test_ddp_matches_plain_ddp(job):
         assert len(run["losses"]) == 4
         for a, b in zip(run["losses"], run["ref"]):
             assert abs(a - b) <= 1e-5 * abs(b), (key, run)
+
+
+def test_ddp_bit_for_bit_float32(job):
+    # float32 parameters bit-for-bit plain DDP's (torch.equal) after K steps:
+    # on 2 ranks in every configuration (a + b is exact to order, x * 0.5
+    # exact); on any number of ranks where zen sums only sparse buckets
+    # (rank order, as Gloo's sparse allreduce) and the dense buckets go to
+    # the process group (dense_threshold=0; scaled by 1/world first, as DDP).
+    world = job[0]
+    results = check(job, "ddp")
+    for r, per_rank in enumerate(results):
+        for key, run in per_rank.items():
+            if world == 2 or "dense_threshold=0" in key:
+                assert run["inexact"] == [], (r, key, run)
+                assert run["losses"] == run["ref"], (r, key, run)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "zen's dense sum order is not Gloo's ring order on >= 3 ranks: Gloo sums "
+    "the element at chunk c of a bucket as x_c + (x_c+1 + (... + x_c-1)) "
+    "(chunks: the bucket split into world parts of whole segments); "
+    "needs the engine to sum dense items in that order"))
+def test_ddp_bit_for_bit_float32_dense_on_zen(job):
+    world = job[0]
+    if world == 2:
+        pytest.skip("exact on 2 ranks (test_ddp_bit_for_bit_float32)")
+    results = check(job, "ddp")
+    for r, per_rank in enumerate(results):
+        for key, run in per_rank.items():
+            assert run["inexact"] == [], (r, key, run)
 
 
 def test_hook_edge_buckets(job):
@@ -79,3 +111,21 @@ def test_record_writes_the_jobs_gradients_as_a_trace(job):
     for line in results[0].values():
         count = int(line.split(f"{world} ranks, ")[1].split(" tensors")[0])
         assert count % 2 == 0 and count >= 6, line
+
+
+def test_values_on_the_process_group_match_torchs_compress_hooks(job):
+    # ZenState(values="bf16"/"fp16") with every dense bucket on the process
+    # group: bit-for-bit torch's bf16_compress_hook / fp16_compress_hook.
+    check(job, "values_pg")
+
+
+def test_values_at_half_width_on_zens_wire(job):
+    # Losses within 1e-2 relative of float32 DDP after the same steps, and
+    # zen's payload bytes >= 40% lower than its float32 run (asserted in the
+    # ranks; needs the engine's per-item "values" option).
+    world = job[0]
+    sent = check(job, "values")[0]
+    for sparse in (False, True):
+        for values in ("bf16", "fp16"):
+            assert sent[f"sparse={sparse},{values}"] <= 0.6 * sent[f"sparse={sparse},fp32"], sent
+    assert world >= 2

@@ -9,12 +9,13 @@ DDP (dense and sparse gradients, one call)::
     # or, the same: zen.torch.register(ddp)
 
 The hook receives every DDP bucket. A dense bucket is synchronized one
-parameter view at a time ([rows x width] for a >= 2-D parameter, so zero rows
-of an embedding gradient are not sent; all 0-/1-D parameters of the bucket
-together as one [n x 1] element buffer, so zero elements are not sent), the
-sum is written back into the bucket and divided by the world size, as DDP
-does. A sparse COO bucket (``nn.Embedding(sparse=True)``) is synchronized by
-zen instead of Gloo's allgather and comes back coalesced and averaged.
+bucket in one batch (every >= 2-D parameter as a [rows x width] item, so
+zero rows of an embedding gradient are not sent; all 0-/1-D parameters of
+the bucket together as one [n x 1] element buffer, so zero elements are not
+sent). As plain DDP does, each rank's gradient is scaled by 1/world size
+before the sum, so the average lands in the bucket. A sparse COO bucket
+(``nn.Embedding(sparse=True)``) is synchronized by zen instead of Gloo's
+allgather and comes back coalesced and averaged.
 
 Your own loop::
 
@@ -24,7 +25,9 @@ Your own loop::
 Rendezvous goes through the job's torch.distributed store (no extra port).
 The first use of a ZenState connects it; every rank must create and first use
 its ZenStates in the same order (as with any collective). The GIL is released
-while data moves. Only CPU float32 tensors are synchronized.
+while data moves. CPU tensors of float32, float16, bfloat16 and float64 are
+synchronized (the last three summed in float32 and converted back);
+``ZenState(values="bf16")`` sends values at half width.
 
 Errors: ValueError for bad input, zen.MismatchError when ranks disagree (e.g.
 shapes; raised on every rank, nothing hangs), zen.TransportError for network
@@ -37,6 +40,7 @@ import itertools
 import math
 import os
 import sys
+import time
 import zlib
 
 import torch
@@ -152,7 +156,9 @@ class ZenState:
             this fraction of its elements in non-zero rows on its first call
             is handed to the process group's own allreduce from then on (as
             fast as plain DDP on dense data). Every rank sees the same sum,
-            so every rank decides the same. None: always zen.
+            so every rank decides the same. None: always zen; 0: every
+            dense bucket on the process group from its first call (zen then
+            synchronizes only the sparse buckets).
         record: a path: the hook records the job's real gradients (every
             rank's, per parameter) of the first `record_steps` calls of
             each bucket as a zen-trace/1 file that rank 0 writes there
@@ -160,11 +166,23 @@ class ZenState:
             `zen simulate`. The recorded rows travel with the bucket's batch
             (scheme agsparse), so recording costs traffic only while it lasts.
         record_steps: how many calls of each bucket to record (default 3).
+        values: how gradient values travel: "fp32" (default; bit-for-bit
+            what plain DDP computes where the sum order agrees), "bf16" or
+            "fp16" (half width on the wire, summed in float32: zen's
+            equivalent of torch's bf16_compress_hook / fp16_compress_hook,
+            composed with zen's sparsity). Buckets on the process group's
+            allreduce (dense_threshold) are then cast to that dtype, summed
+            by the process group and cast back, as torch's hooks do.
+        timeline: True to record, per bucket call, when the hook started it
+            and when its future was completed (time.perf_counter seconds)
+            in ``state.timeline``, a list of dicts {"bucket", "path" ("zen",
+            "sparse" or "pg"), "start", "end"}; the caller clears it as it
+            likes. Off (None) by default: then the hook does no timing.
     """
 
     def __init__(self, process_group=None, *, scheme=None, module=None, hostname=None,
                  timeout=None, comm=None, threads=0, seed=None, dense_threshold=0.5,
-                 record=None, record_steps=3):
+                 record=None, record_steps=3, values="fp32", timeline=None):
         self.process_group = process_group
         self.scheme_id = scheme or os.environ.get(_ENV_SCHEME) or zen.default_scheme()
         known = [s for s, _ in zen.schemes()]
@@ -184,6 +202,11 @@ class ZenState:
         self.record_steps = record_steps
         self._calls = {}       # bucket index -> calls so far
         self._recorded = {}    # trace tensor name -> (rows, width, [(ids, values)] per rank)
+        if values not in _WIRE_VALUES:
+            raise ValueError(f"zen: ZenState(values={values!r}): expected one of "
+                             f"{', '.join(repr(v) for v in _WIRE_VALUES)}")
+        self.values = values
+        self.timeline = [] if timeline else None
         self._names = {}
         if module is not None:
             self._names = {id(p): n for n, p in module.named_parameters()}
@@ -252,6 +275,12 @@ def _matrix_shape(shape):
     return math.prod(shape), 1
 
 
+# ZenState(values=...): the wire format of zen's items ("values" option of
+# zen.Context.start) and the dtype a process-group bucket is cast to.
+_WIRE_VALUES = ("fp32", "bf16", "fp16")
+_PG_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 # Dtypes zen accepts: synchronized as float32 (summed in float32), converted
 # back afterwards.
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -265,6 +294,16 @@ def _local_error(tensor):
         return (f"tensor has dtype {tensor.dtype}; zen synchronizes float32, float16, bfloat16 "
                 "and float64")
     return None
+
+
+def _item_options(state, options=None):
+    """`options` of one of the state's zen items, with its wire format
+    (ZenState(values=...)); None when there is nothing to say."""
+    if state.values == "fp32":
+        return options
+    out = dict(options or {})
+    out["values"] = state.values
+    return out
 
 
 def _describe(exc):
@@ -283,9 +322,11 @@ def _float32(tensor):
     return tensor.detach().to(torch.float32).contiguous()
 
 
-def _sparse_item(tensor, name, options):
+def _sparse_item(tensor, name, options, divisor=None):
     """('sparse', ...) for a COO tensor, or ('reject', ...) saying why not,
-    and the function that turns the handle's result into a COO tensor. Any
+    and the function that turns the handle's result into a COO tensor.
+    divisor: the values (float32, still with their duplicates) are divided
+    by it first, as DDP's reducer divides a sparse gradient before Gloo. Any
     failure here becomes a 'reject' item, so that it travels through the
     batch's metadata round and every rank raises instead of pairing with
     this rank's next call."""
@@ -299,6 +340,8 @@ def _sparse_item(tensor, name, options):
         if not error:
             indices = tensor._indices()
             values = tensor._values().detach().to(torch.float32).reshape(indices.shape[1], width)
+            if divisor is not None:
+                values = values / divisor
             if sparse_dim == 1:
                 ids = indices[0]
             else:  # row-major linear index over the sparse dimensions
@@ -370,6 +413,7 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     options = {"dtype": _dtype_name(tensor.dtype)}
     if scheme:
         options["scheme"] = scheme
+    options = _item_options(state, options)
     ctx = state.context
     if tensor.layout == torch.sparse_coo:
         item, finish = _sparse_item(tensor, name, options)
@@ -504,35 +548,54 @@ def comm_hook(state, bucket):
     bucket's synchronization on zen's progress thread and returns at once
     with a torch.futures.Future, completed from that thread, so backward
     goes on meanwhile. One batch per bucket (one metadata round for all its
-    parameters). Dense buckets are summed in place (zero rows and elements
-    are not sent), then divided by the world size in float32; a bucket whose
+    parameters). As plain DDP does, each rank's gradient is scaled by 1/world
+    size before the sum (dense: multiplied by 1/world in float32; sparse:
+    divided, before its duplicates are summed), so float32 results are
+    bit-for-bit plain DDP's wherever the sum order agrees (always on 2
+    ranks; on the process group's allreduce at any size). Dense buckets are
+    summed in place (zero rows and elements are not sent); a bucket whose
     first global sum is dense (ZenState.dense_threshold) uses the process
     group's allreduce from then on. A sparse COO bucket is replaced by the
-    coalesced average. float16/bfloat16/float64 buckets are summed and
-    divided in float32, then converted back.
+    coalesced average. float16/bfloat16/float64 buckets are scaled and
+    summed in float32, then converted back. ZenState(values="bf16"/"fp16")
+    sends the values at half width.
     """
     state = _state(state)
     buffer = bucket.buffer()
     index = bucket.index()
     world = state.world_size
     future = torch.futures.Future()
+    event = None
+    if state.timeline is not None:
+        event = {"bucket": index, "path": "zen", "start": time.perf_counter(), "end": None}
+        state.timeline.append(event)
+
+    def done(result):
+        if event is not None:
+            event["end"] = time.perf_counter()
+        future.set_result(result)
 
     def fail(e):
         future.set_exception(e)
 
     if buffer.layout == torch.sparse_coo:
+        if event is not None:
+            event["path"] = "sparse"
         name = f"bucket{index}"
         params = bucket.parameters()
         if len(params) == 1:
             name = state.param_name(params[0], name)
-        item, finish = _sparse_item(buffer, name, {"dtype": _dtype_name(buffer.dtype)})
+        options = _item_options(state, {"dtype": _dtype_name(buffer.dtype)})
+        item, finish = _sparse_item(buffer, name, options, divisor=world)
         items, layout = [item], None
         step = _next_call(state, index)
         if state.record and step < state.record_steps and finish is not None:
             rows, width = item[2], item[3]
             local = buffer.coalesce()
-            ids = local._indices()[0] if local.sparse_dim() == 1 else torch.from_numpy(item[4])
-            values = local._values() if local.sparse_dim() == 1 else torch.from_numpy(item[5])
+            if local.sparse_dim() == 1:
+                ids, values = local._indices()[0], local._values()
+            else:  # the item's linear ids; its values were divided: undo for the trace
+                ids, values = torch.from_numpy(item[4]), torch.from_numpy(item[5]) * world
             extra, layout = _record_items(state, step, [(name, rows, width, ids, values)])
             items += extra
 
@@ -542,7 +605,7 @@ def comm_hook(state, bucket):
                 if layout:
                     _keep_recorded(state, layout, results[1:])
                 result, dtype = finish(results[0])
-                future.set_result((result / world).to(dtype))
+                done(result.to(dtype))
             except Exception as e:  # noqa: BLE001 (handed to DDP)
                 fail(e)
 
@@ -550,10 +613,12 @@ def comm_hook(state, bucket):
         return future
 
     recording = state.record and state._calls.get(index, 0) < state.record_steps
+    if state.dense_threshold == 0 and index not in state.bucket_modes and not recording:
+        state.bucket_modes[index] = "pg"  # every bucket qualifies: no first call on zen
     if state.bucket_modes.get(index) == "pg" and not recording:
-        group = state.process_group
-        work = dist.all_reduce(buffer, group=group, async_op=True).get_future()
-        return work.then(lambda f: f.value()[0].div_(world))
+        if event is not None:
+            event["path"] = "pg"
+        return _pg_allreduce(state, buffer, world, event)
 
     error = _local_error(buffer)
     if error:
@@ -571,6 +636,17 @@ def comm_hook(state, bucket):
                       *_nonzero_rows(torch.from_numpy(item[2]).view(item[3], item[4])))
                      for item in items]
             extra, layout = _record_items(state, step, parts)
+        # DDP's reducer multiplies each rank's gradient by 1/world before
+        # Gloo sums it; so does the hook (the recorded rows above are the
+        # unscaled gradients: _nonzero_rows copies).
+        scale = 1.0 / world
+        work.mul_(scale)
+        if copy_back is not None:  # the vectors item is a copy of the 0-/1-D parameters
+            torch.from_numpy(items[-1][2]).mul_(scale)
+        options = _item_options(state)
+        if options:
+            items = [item + (options,) for item in items]
+        if layout:
             items = items + extra
     decide = index not in state.bucket_modes
 
@@ -578,7 +654,7 @@ def comm_hook(state, bucket):
         try:
             results = handle.wait()
             if layout:
-                _keep_recorded(state, layout, results)
+                _keep_recorded(state, layout, results)  # sparse outputs only: the recorded items
             with torch.no_grad():
                 if copy_back is not None:
                     copy_back()
@@ -587,15 +663,38 @@ def comm_hook(state, bucket):
                     dense = (threshold is not None
                              and _dense_fraction(work, items[:n_sync]) >= threshold)
                     state.bucket_modes[index] = "pg" if dense else "zen"
-                work.div_(world)
                 if work is not buffer:
                     buffer.copy_(work)
-            future.set_result(buffer)
+            done(buffer)
         except Exception as e:  # noqa: BLE001 (handed to DDP)
             fail(e)
 
     state.context.start(f"bucket{index}", items, on_done=dense_done)
     return future
+
+
+def _pg_allreduce(state, buffer, world, event):
+    """A dense bucket on the process group's own allreduce. float32 wire:
+    multiplied by 1/world first, exactly as DDP's reducer does without a
+    hook, so the result is bit-for-bit plain DDP's. bf16/fp16 wire: cast,
+    divided, summed and cast back, as torch's bf16_compress_hook does."""
+    group = state.process_group
+    wire = _PG_DTYPES.get(state.values)
+    if wire is None:
+        buffer.mul_(1.0 / world)
+        sent = buffer
+    else:
+        sent = buffer.to(wire).div_(world)
+    fut = dist.all_reduce(sent, group=group, async_op=True).get_future()
+
+    def finish(f):
+        if sent is not buffer:
+            buffer.copy_(f.value()[0])
+        if event is not None:
+            event["end"] = time.perf_counter()
+        return buffer
+
+    return fut.then(finish)
 
 
 def _next_call(state, index):
