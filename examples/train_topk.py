@@ -133,8 +133,11 @@ def summarize(dense_path, topk_path):
         runs[label] = (a, run, steps, skip)
     a, run, _, skip = runs["dense"]
     tokens = a["world"] * a["batch"] * a["seq_len"]
+    buckets = "DDP's default buckets" if a.get("bucket_cap_mb") is None else \
+        f"bucket_cap_mb {a['bucket_cap_mb']:g}"
     lines = [f"{a['world']} ranks, batch {a['batch']} x {a['seq_len']} tokens per rank, "
-             f"{run['params']} parameters; per step the slowest rank's time; median (min-max) "
+             f"{run['params']} parameters, {buckets}{', unfused' if a.get('no_fuse') else ''}; "
+             "per step the slowest rank's time; median (min-max) "
              f"over the steps after the first {skip} (warm-up, ramp, recorded)"]
 
     def fig(values):
@@ -194,6 +197,11 @@ def parse_args():
     p.add_argument("--record", default=None,
                    help="the top-k run writes what every rank sent as a zen-trace/1 file")
     p.add_argument("--record-steps", type=int, default=3)
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DDP's bucket_cap_mb (default: DDP's, 25 MiB with a 1 MiB first bucket; "
+                        "e.g. 100 puts this model in one bucket: no backward inside the sync span)")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="TopKState(fuse=False): one zen item per parameter")
     return p.parse_args()
 
 
@@ -243,13 +251,14 @@ def main():
     for mode in args.modes.split(","):
         torch.manual_seed(args.seed)
         model = TinyTransformer(vocab, args.width, args.seq_len)
-        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
         state = timer = None
         if mode != "dense":
             record = args.record if mode == "topk" else None
             state = TopKState(ratio=args.ratio, warmup_steps=args.warmup, ramp_steps=args.ramp,
                               module=model, error_feedback=(mode == "topk"), scheme=args.scheme,
-                              record=record, record_steps=args.record_steps)
+                              record=record, record_steps=args.record_steps,
+                              fuse=not args.no_fuse)
             ddp.register_comm_hook(state, topk_hook)
         elif args.sync_timing:
             timer = DenseSyncTimer()

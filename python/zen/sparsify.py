@@ -14,10 +14,13 @@ torch's PowerSGD hook::
     ...
     state.stats[-1]   # what the latest step sent and how long it took
 
-Per bucket, in one zen batch: every sparsified parameter as an element-sparse
-item (rows = numel, width 1: its selected values), and the parameters that
-stay dense (0-/1-D ones such as biases and norms, those below ``min_numel``
-elements, and those named in ``dense_params``) as dense items. The global sum
+Per bucket, in one zen batch: the selections of every sparsified parameter as
+one element-sparse item (rows = the bucket's values, width 1; ``fuse=False``:
+one item per parameter, rows = numel), and the parameters that stay dense
+(0-/1-D ones such as biases and norms, those below ``min_numel`` elements,
+and those named in ``dense_params``) as one dense item (``fuse=False``: one
+per parameter). Each item's data moves with its own scheme rounds, so fusing
+saves rounds, not bytes. The global sum
 is written back densely into the bucket and divided by the world size; the
 future is completed from zen's progress thread (backward goes on meanwhile).
 
@@ -100,6 +103,13 @@ class TopKState:
             ZenState's, e.g. 'auto', whose cost model may pick a dense
             allreduce for them when the union of the ranks' selections is
             dense enough; 'zen' keeps them sparse on the wire).
+        fuse: True (default): per bucket, one element-sparse item holding
+            every sparsified parameter's selection (rows = the bucket's
+            values, ids offset by the parameter's place in the bucket) and
+            one dense item for the parameters that stay dense: two data
+            phases per bucket. False: one item per parameter (a scheme's
+            rounds per parameter; slower when latency or CPU scheduling, not
+            bytes, dominates).
         record: a path: write what every rank sent in `record_steps` steps
             as a zen-trace/1 file (see the module's docstring).
         record_steps: how many steps to record (default 3).
@@ -110,7 +120,7 @@ class TopKState:
     def __init__(self, ratio=0.01, *, warmup_steps=0, ramp_steps=0, dense_params=(),
                  min_numel=1024, momentum=None, exact=True, error_feedback=True,
                  zen_state=None, module=None, threads=1, keep_stats=None, scheme=None,
-                 record=None, record_steps=3, record_start=None):
+                 record=None, record_steps=3, record_start=None, fuse=True):
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"zen: TopKState ratio must lie in (0, 1], got {ratio}")
         if warmup_steps < 0 or ramp_steps < 0:
@@ -140,6 +150,7 @@ class TopKState:
         self.residuals = {}
         self.velocities = {}
         self._record = None
+        self.fuse = bool(fuse)
         if record_steps < 0 or (record_start is not None and record_start < 0):
             raise ValueError("zen: record_steps and record_start must be >= 0")
         self.record = None if record is None else str(record)
@@ -284,7 +295,11 @@ def _sparse_bucket(state, bucket, ratio):
     flat = buffer.view(-1)
     array = flat.detach().numpy()
     momentum = state.momentum
-    items, scatter = [], []  # scatter: (offset, numel) of each sparse item, in order
+    fuse = state.fuse
+    items = []
+    scatter = []  # (offset, numel) of each sparse item (per parameter), in order
+    sel_ids, sel_values = [], []  # fused: the selections, ids relative to the bucket
+    dense_parts = []  # fused: (offset, numel) of the parameters that stay dense
     recorded = state.recording()
     parts = []  # what this rank sends, to record: (position, name, rows, ids, values)
     sent = total = 0
@@ -304,7 +319,10 @@ def _sparse_bucket(state, bucket, ratio):
             grad[:] = u  # what this rank contributes: its momentum
         total += n
         if state.is_dense(param, name) or ratio >= 1.0:
-            items.append(("dense", name, grad, n, 1))
+            if fuse:
+                dense_parts.append((offset, n))
+            else:
+                items.append(("dense", name, grad, n, 1))
             sent += n
             if recorded is not None:  # copied: the dense sum lands in `grad`
                 parts.append((j, name, n, np.arange(n, dtype=np.int64), grad.copy()))
@@ -319,12 +337,30 @@ def _sparse_bucket(state, bucket, ratio):
             state.velocities[key][ids] = 0.0  # DGC's momentum factor masking
         if not state.error_feedback:
             acc.fill(0.0)
-        item = ("sparse", name, n, 1, ids, values)
-        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
-        scatter.append((offset, n))
+        if fuse:
+            sel_ids.append(ids + offset)
+            sel_values.append(values)
+        else:
+            item = ("sparse", name, n, 1, ids, values)
+            items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+            scatter.append((offset, n))
         sent += len(ids)
         if recorded is not None:
             parts.append((j, name, n, np.array(ids, dtype=np.int64), np.array(values, np.float32)))
+    dense = None
+    if fuse:
+        # One element-sparse item for all the bucket's selections (rows = the
+        # bucket's values) and one dense item for the parameters that stay
+        # dense (copied together): two data phases per bucket instead of one
+        # per parameter.
+        if sel_ids:
+            item = ("sparse", "topk", flat.numel(), 1, np.concatenate(sel_ids),
+                    np.concatenate(sel_values))
+            items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+            scatter.append((0, flat.numel()))
+        if dense_parts:
+            dense = np.concatenate([array[o:o + n] for o, n in dense_parts])
+            items.append(("dense", "dense", dense, dense.size, 1))
     record["select_s"] += time.perf_counter() - t_select
     record["values_sent"] += sent
     record["values_total"] += total
@@ -347,10 +383,20 @@ def _sparse_bucket(state, bucket, ratio):
                 gathered = results[len(scatter):]
                 results = results[:len(scatter)]
             with torch.no_grad():
-                for (offset, n), (ids, values) in zip(scatter, results):
-                    out = array[offset:offset + n]
-                    out.fill(0.0)
-                    out[ids] = values.reshape(-1)
+                if fuse:
+                    if scatter:
+                        (ids, values), = results
+                        array.fill(0.0)
+                        array[ids] = values.reshape(-1)
+                    start = 0
+                    for offset, n in dense_parts:
+                        array[offset:offset + n] = dense[start:start + n]
+                        start += n
+                else:
+                    for (offset, n), (ids, values) in zip(scatter, results):
+                        out = array[offset:offset + n]
+                        out.fill(0.0)
+                        out[ids] = values.reshape(-1)
                 flat.div_(world)
             comm = live["comm"]
             now = time.perf_counter()
