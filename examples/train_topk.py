@@ -20,7 +20,9 @@ end, and the hook's per-step stats to --out (JSON); --plot draws the curves
 (needs matplotlib only, not torch).
 
 Communication (scripts/topk-testbed): --sync-timing adds, per step, the
-synchronization time, the slowest rank's (max over ranks):
+synchronization time, the slowest rank's (max over ranks; it includes
+waiting for the ranks that finish their backward later) and the smallest
+over ranks (about the rank that arrived last: the collective itself):
 - dense: a timing wrapper around torch's default allreduce hook
   (ddp_comm_hooks.default_hooks.allreduce_hook: bucket / world, then a Gloo
   allreduce, as DDP's own reducer does), registered as the comm hook; per
@@ -148,7 +150,8 @@ def summarize(dense_path, topk_path):
     for label, (a, run, steps, _) in runs.items():
         sync = [s["sync_s"] for s in steps]
         sums = [s["bucket_sum_s"] for s in steps]
-        med[label] = (_median(sync), _median(sums))
+        low = [s.get("sync_min_s", 0.0) for s in steps]
+        med[label] = (_median(sync), _median(sums), _median(low))
         step_s = _median([s["step_s"] for s in steps])
         if label == "dense":
             lines.append(f"dense DDP + Gloo (allreduce hook), {len(steps)} steps:")
@@ -168,10 +171,11 @@ def summarize(dense_path, topk_path):
                          f"bytes per rank (busiest, median) sent "
                          f"{_median([s['bytes_sent'] for s in steps]) / 1e6:.3f} MB, received "
                          f"{_median([s['bytes_received'] for s in steps]) / 1e6:.3f} MB")
+        lines.append(f"  sync of the rank that arrived last (smallest over ranks) {fig(low)}")
         lines.append(f"  step {1e3 * step_s:.1f} ms median: {tokens / step_s:.0f} tokens/s")
     ratio = [d / t if t > 0 else float("inf") for d, t in zip(med["dense"], med["topk"])]
-    lines.append(f"ratio dense / top-k, sync medians: {ratio[0]:.2f}x (span), "
-                 f"{ratio[1]:.2f}x (bucket sums)")
+    lines.append(f"ratio dense / top-k, sync medians: {ratio[0]:.2f}x (span, slowest rank), "
+                 f"{ratio[1]:.2f}x (bucket sums), {ratio[2]:.2f}x (span, last to arrive)")
     return lines
 
 
@@ -299,12 +303,19 @@ def main():
         if state is not None:
             run["stats"] = state.stats
         if args.sync_timing:
-            # The slowest rank's figures per step.
+            # Per step, the largest value over ranks (the rank that waited
+            # longest: it also waited for the others to arrive) and, for the
+            # sync times, the smallest (about the last rank to arrive: the
+            # collective itself).
             worst = torch.tensor(timing, dtype=torch.float64)
+            best = worst.clone()
             dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            dist.all_reduce(best, op=dist.ReduceOp.MIN)
             keys = ("sync_s", "select_s", "zen_sync_s", "bucket_sum_s", "step_s", "bytes_sent",
                     "bytes_received")
-            run["timing"] = [dict(zip(keys, row), step=i) for i, row in enumerate(worst.tolist())]
+            run["timing"] = [dict(zip(keys, row), step=i, sync_min_s=low[0],
+                                  bucket_sum_min_s=low[3])
+                             for i, (row, low) in enumerate(zip(worst.tolist(), best.tolist()))]
             if state is not None:
                 for entry, r in zip(run["timing"], state.stats):
                     entry["recorded"] = r.get("recorded", False)

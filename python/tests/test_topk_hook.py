@@ -169,5 +169,5 @@ def test_train_topk_summary_compares_the_same_steps(tmp_path):
     text = "\n".join(train_topk.summarize(dense, topk))
     assert "sync (first bucket called to last done) 90.0 ms (80.0-100.0)" in text, text
     assert "20.0 ms (10.0-30.0)" in text, text
-    assert "ratio dense / top-k, sync medians: 4.50x (span)" in text, text
+    assert "ratio dense / top-k, sync medians: 4.50x (span, slowest rank)" in text, text
     assert "fraction sent 2.00%" in text and "10240 tokens/s" in text, text

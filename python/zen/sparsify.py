@@ -14,13 +14,14 @@ torch's PowerSGD hook::
     ...
     state.stats[-1]   # what the latest step sent and how long it took
 
-Per bucket, in one zen batch: the selections of every sparsified parameter as
-one element-sparse item (rows = the bucket's values, width 1; ``fuse=False``:
-one item per parameter, rows = numel), and the parameters that stay dense
-(0-/1-D ones such as biases and norms, those below ``min_numel`` elements,
-and those named in ``dense_params``) as one dense item (``fuse=False``: one
-per parameter). Each item's data moves with its own scheme rounds, so fusing
-saves rounds, not bytes. The global sum
+Per bucket, one zen batch of one element-sparse item (rows = the bucket's
+values, width 1): the selections of every sparsified parameter and every
+value of the parameters that stay dense (0-/1-D ones such as biases and
+norms, those below ``min_numel`` elements, and those named in
+``dense_params``). ``fuse=False``: one element-sparse item per sparsified
+parameter (rows = numel) and one dense item per dense parameter; each item's
+data moves with its own scheme rounds, so fusing saves rounds, not bytes
+(a dense parameter's values cost 12 bytes each instead of 4). The global sum
 is written back densely into the bucket and divided by the world size; the
 future is completed from zen's progress thread (backward goes on meanwhile).
 
@@ -104,12 +105,12 @@ class TopKState:
             allreduce for them when the union of the ranks' selections is
             dense enough; 'zen' keeps them sparse on the wire).
         fuse: True (default): per bucket, one element-sparse item holding
-            every sparsified parameter's selection (rows = the bucket's
-            values, ids offset by the parameter's place in the bucket) and
-            one dense item for the parameters that stay dense: two data
-            phases per bucket. False: one item per parameter (a scheme's
-            rounds per parameter; slower when latency or CPU scheduling, not
-            bytes, dominates).
+            every sparsified parameter's selection and every value of the
+            parameters that stay dense (rows = the bucket's values, ids
+            offset by the parameter's place in the bucket): one data phase
+            per bucket. False: one item per parameter, dense ones as dense
+            items (a scheme's rounds per parameter; slower when latency or
+            CPU scheduling, not bytes, dominates).
         record: a path: write what every rank sent in `record_steps` steps
             as a zen-trace/1 file (see the module's docstring).
         record_steps: how many steps to record (default 3).
@@ -299,7 +300,6 @@ def _sparse_bucket(state, bucket, ratio):
     items = []
     scatter = []  # (offset, numel) of each sparse item (per parameter), in order
     sel_ids, sel_values = [], []  # fused: the selections, ids relative to the bucket
-    dense_parts = []  # fused: (offset, numel) of the parameters that stay dense
     recorded = state.recording()
     parts = []  # what this rank sends, to record: (position, name, rows, ids, values)
     sent = total = 0
@@ -319,8 +319,9 @@ def _sparse_bucket(state, bucket, ratio):
             grad[:] = u  # what this rank contributes: its momentum
         total += n
         if state.is_dense(param, name) or ratio >= 1.0:
-            if fuse:
-                dense_parts.append((offset, n))
+            if fuse:  # every value, in the bucket's one sparse item
+                sel_ids.append(np.arange(offset, offset + n, dtype=np.int64))
+                sel_values.append(grad)
             else:
                 items.append(("dense", name, grad, n, 1))
             sent += n
@@ -347,20 +348,14 @@ def _sparse_bucket(state, bucket, ratio):
         sent += len(ids)
         if recorded is not None:
             parts.append((j, name, n, np.array(ids, dtype=np.int64), np.array(values, np.float32)))
-    dense = None
-    if fuse:
-        # One element-sparse item for all the bucket's selections (rows = the
-        # bucket's values) and one dense item for the parameters that stay
-        # dense (copied together): two data phases per bucket instead of one
-        # per parameter.
-        if sel_ids:
-            item = ("sparse", "topk", flat.numel(), 1, np.concatenate(sel_ids),
-                    np.concatenate(sel_values))
-            items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
-            scatter.append((0, flat.numel()))
-        if dense_parts:
-            dense = np.concatenate([array[o:o + n] for o, n in dense_parts])
-            items.append(("dense", "dense", dense, dense.size, 1))
+    if fuse and sel_ids:
+        # One element-sparse item for the whole bucket (rows = the bucket's
+        # values): every selection and every value of the parameters that
+        # stay dense; one data phase per bucket instead of one per parameter.
+        item = ("sparse", "topk", flat.numel(), 1, np.concatenate(sel_ids),
+                np.concatenate(sel_values))
+        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+        scatter.append((0, flat.numel()))
     record["select_s"] += time.perf_counter() - t_select
     record["values_sent"] += sent
     record["values_total"] += total
@@ -383,20 +378,10 @@ def _sparse_bucket(state, bucket, ratio):
                 gathered = results[len(scatter):]
                 results = results[:len(scatter)]
             with torch.no_grad():
-                if fuse:
-                    if scatter:
-                        (ids, values), = results
-                        array.fill(0.0)
-                        array[ids] = values.reshape(-1)
-                    start = 0
-                    for offset, n in dense_parts:
-                        array[offset:offset + n] = dense[start:start + n]
-                        start += n
-                else:
-                    for (offset, n), (ids, values) in zip(scatter, results):
-                        out = array[offset:offset + n]
-                        out.fill(0.0)
-                        out[ids] = values.reshape(-1)
+                for (offset, n), (ids, values) in zip(scatter, results):
+                    out = array[offset:offset + n]
+                    out.fill(0.0)
+                    out[ids] = values.reshape(-1)
                 flat.div_(world)
             comm = live["comm"]
             now = time.perf_counter()
