@@ -157,12 +157,13 @@ def summarize(dense_path, topk_path):
             lines.append(f"dense DDP + Gloo (allreduce hook), {len(steps)} steps:")
             lines.append(f"  sync (first bucket called to last done) {fig(sync)}; "
                          f"sum of bucket times {fig(sums)}")
-            lines.append(f"  bytes per rank: {2 * (a['world'] - 1) / a['world'] * 4 * run['params'] / 1e6:.2f} MB "
-                         "(ring allreduce of the model, computed)")
+            ring = 2 * (a["world"] - 1) / a["world"] * 4 * run["params"]
+            lines.append(f"  bytes per rank: {ring / 1e6:.2f} MB (ring allreduce of the model, "
+                         "computed)")
         else:
             stats = [run["stats"][s["step"]] for s in steps]
-            lines.append(f"top-{a['ratio'] * 100:g}% + zen (scheme {a.get('scheme') or 'default'}), "
-                         f"{len(steps)} steps:")
+            scheme = a.get("scheme") or "default"
+            lines.append(f"top-{a['ratio'] * 100:g}% + zen (scheme {scheme}), {len(steps)} steps:")
             lines.append(f"  sync (selection + first bucket started to last done) {fig(sync)}; "
                          f"selection + sum of bucket times {fig(sums)}")
             lines.append(f"  selection {fig([s['select_s'] for s in steps])}, zen span "

@@ -47,9 +47,10 @@ bytes_sent / bytes_received (zen.Communicator payload counters over the step;
 None for steps through the process group), select_s (time spent selecting, in
 the hook, on the autograd thread), sync_s (first bucket started to last
 bucket done; through the process group: the sum of the buckets' times),
-bucket_s (the sum over buckets of each one's start to done), buckets, recorded (True for a step recorded to a trace: its
-batches also gather every rank's selection, so its times and bytes are not
-those of a plain step).
+bucket_s (the sum over buckets of each one's start to done), buckets,
+recorded (True for a step recorded to a trace: its batches also gather
+every rank's selection, so its times and bytes are not those of a plain
+step).
 
 Recording (``record=path``): the hook writes what every rank sent in
 ``record_steps`` steps, from ``record_start`` (default: the first step at the
@@ -220,7 +221,8 @@ class TopKState:
     def recording(self, step=None):
         """The recorded step number k of `step` (default: the current one), or None."""
         step = self.step if step is None else step
-        if self.record is None or not self.record_start <= step < self.record_start + self.record_steps:
+        first = self.record_start
+        if self.record is None or not first <= step < first + self.record_steps:
             return None
         return step - self.record_start
 
@@ -300,6 +302,7 @@ def _sparse_bucket(state, bucket, ratio):
     items = []
     scatter = []  # (offset, numel) of each sparse item (per parameter), in order
     sel_ids, sel_values = [], []  # fused: the selections, ids relative to the bucket
+    any_selected = False
     recorded = state.recording()
     parts = []  # what this rank sends, to record: (position, name, rows, ids, values)
     sent = total = 0
@@ -339,6 +342,7 @@ def _sparse_bucket(state, bucket, ratio):
         if not state.error_feedback:
             acc.fill(0.0)
         if fuse:
+            any_selected = True
             sel_ids.append(ids + offset)
             sel_values.append(values)
         else:
@@ -348,7 +352,7 @@ def _sparse_bucket(state, bucket, ratio):
         sent += len(ids)
         if recorded is not None:
             parts.append((j, name, n, np.array(ids, dtype=np.int64), np.array(values, np.float32)))
-    if fuse and sel_ids:
+    if fuse and any_selected:
         # One element-sparse item for the whole bucket (rows = the bucket's
         # values): every selection and every value of the parameters that
         # stay dense; one data phase per bucket instead of one per parameter.
@@ -356,6 +360,10 @@ def _sparse_bucket(state, bucket, ratio):
                 np.concatenate(sel_values))
         items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
         scatter.append((0, flat.numel()))
+    elif fuse and sel_ids:
+        # Nothing sparsified (all parameters dense, or ratio 1 with momentum):
+        # the whole bucket as one dense item, summed in place.
+        items.append(("dense", "dense", array, array.size, 1))
     record["select_s"] += time.perf_counter() - t_select
     record["values_sent"] += sent
     record["values_total"] += total
