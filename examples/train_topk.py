@@ -18,6 +18,26 @@ words). Every rank takes every world-th window. The sparsified runs keep
 Rank 0 writes the per-step loss (mean over ranks), the held-out loss at the
 end, and the hook's per-step stats to --out (JSON); --plot draws the curves
 (needs matplotlib only, not torch).
+
+Communication (scripts/topk-testbed): --sync-timing adds, per step, the
+synchronization time, the slowest rank's (max over ranks; it includes
+waiting for the ranks that finish their backward later) and the smallest
+over ranks (about the rank that arrived last: the collective itself):
+- dense: a timing wrapper around torch's default allreduce hook
+  (ddp_comm_hooks.default_hooks.allreduce_hook: bucket / world, then a Gloo
+  allreduce, as DDP's own reducer does), registered as the comm hook; per
+  bucket from the hook's call to its future's completion. "sync" is the span
+  from the first bucket's call to the last bucket's completion (the
+  definition of the top-k hook's sync_s), "bucket_sum" the sum of the
+  per-bucket times;
+- topk: the hook's own accounting, select_s + sync_s (selection on the
+  autograd thread, plus the span from the first bucket's start to the last
+  bucket's completion);
+and the step time (zero_grad to optimizer step, excluding the loss
+logging's allreduce) for tokens/s. --record PATH writes what the top-k run
+sent in --record-steps steps after warm-up and ramp as a zen-trace/1 file
+(TopKState(record=...)); those steps are not measured. --summary
+DENSE.json TOPK.json prints the comparison (needs neither torch nor zen).
 """
 
 import argparse
@@ -58,6 +78,108 @@ def plot(path, png):
     print(f"wrote {png}")
 
 
+class DenseSyncTimer:
+    """State of timed_allreduce_hook: per step, the span from the first
+    bucket's call to the last bucket's completion and the per-bucket sum."""
+
+    def __init__(self, group=None):
+        self.group = group
+        self.first = self.last = None
+        self.total, self.buckets = 0.0, 0
+
+    def take(self):
+        """(span_s, bucket_sum_s, buckets) of the step just finished; resets."""
+        span = 0.0 if self.first is None else self.last - self.first
+        out = (span, self.total, self.buckets)
+        self.first = self.last = None
+        self.total, self.buckets = 0.0, 0
+        return out
+
+
+def timed_allreduce_hook(timer, bucket):
+    """torch's default allreduce hook, timed from its call to its future's completion."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    t0 = time.perf_counter()
+    if timer.first is None:
+        timer.first = t0
+
+    def done(fut):
+        t1 = time.perf_counter()
+        timer.total += t1 - t0
+        timer.buckets += 1
+        timer.last = t1 if timer.last is None else max(timer.last, t1)
+        return fut.value()
+
+    return allreduce_hook(timer.group, bucket).then(done)
+
+
+def _median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def summarize(dense_path, topk_path):
+    """The comparison of a dense and a top-k run made with --sync-timing (lines of text)."""
+    runs = {}
+    for label, path in (("dense", dense_path), ("topk", topk_path)):
+        data = json.load(open(path))
+        a = data["args"]
+        (_, run), = data["runs"].items()
+        # The same steps of both runs: after warm-up, ramp and the recorded steps.
+        skip = a["warmup"] + a["ramp"] + a["record_steps"]
+        steps = [s for s in run.get("timing", [])[skip:] if not s.get("recorded")]
+        if not steps:
+            raise SystemExit(f"{path}: no timed step after the first {skip} "
+                             "(run with --sync-timing and more --steps)")
+        runs[label] = (a, run, steps, skip)
+    a, run, _, skip = runs["dense"]
+    tokens = a["world"] * a["batch"] * a["seq_len"]
+    buckets = "DDP's default buckets" if a.get("bucket_cap_mb") is None else \
+        f"bucket_cap_mb {a['bucket_cap_mb']:g}"
+    lines = [f"{a['world']} ranks, batch {a['batch']} x {a['seq_len']} tokens per rank, "
+             f"{run['params']} parameters, {buckets}{', unfused' if a.get('no_fuse') else ''}; "
+             "per step the slowest rank's time; median (min-max) "
+             f"over the steps after the first {skip} (warm-up, ramp, recorded)"]
+
+    def fig(values):
+        return (f"{1e3 * _median(values):.1f} ms ({1e3 * min(values):.1f}-"
+                f"{1e3 * max(values):.1f})")
+
+    med = {}
+    for label, (a, run, steps, _) in runs.items():
+        sync = [s["sync_s"] for s in steps]
+        sums = [s["bucket_sum_s"] for s in steps]
+        low = [s.get("sync_min_s", 0.0) for s in steps]
+        med[label] = (_median(sync), _median(sums), _median(low))
+        step_s = _median([s["step_s"] for s in steps])
+        if label == "dense":
+            lines.append(f"dense DDP + Gloo (allreduce hook), {len(steps)} steps:")
+            lines.append(f"  sync (first bucket called to last done) {fig(sync)}; "
+                         f"sum of bucket times {fig(sums)}")
+            ring = 2 * (a["world"] - 1) / a["world"] * 4 * run["params"]
+            lines.append(f"  bytes per rank: {ring / 1e6:.2f} MB (ring allreduce of the model, "
+                         "computed)")
+        else:
+            stats = [run["stats"][s["step"]] for s in steps]
+            scheme = a.get("scheme") or "default"
+            lines.append(f"top-{a['ratio'] * 100:g}% + zen (scheme {scheme}), {len(steps)} steps:")
+            lines.append(f"  sync (selection + first bucket started to last done) {fig(sync)}; "
+                         f"selection + sum of bucket times {fig(sums)}")
+            lines.append(f"  selection {fig([s['select_s'] for s in steps])}, zen span "
+                         f"{fig([s['zen_sync_s'] for s in steps])}")
+            lines.append(f"  fraction sent {100 * _median([r['fraction'] for r in stats]):.2f}%, "
+                         f"bytes per rank (busiest, median) sent "
+                         f"{_median([s['bytes_sent'] for s in steps]) / 1e6:.3f} MB, received "
+                         f"{_median([s['bytes_received'] for s in steps]) / 1e6:.3f} MB")
+        lines.append(f"  sync of the rank that arrived last (smallest over ranks) {fig(low)}")
+        lines.append(f"  step {1e3 * step_s:.1f} ms median: {tokens / step_s:.0f} tokens/s")
+    ratio = [d / t if t > 0 else float("inf") for d, t in zip(med["dense"], med["topk"])]
+    lines.append(f"ratio dense / top-k, sync medians: {ratio[0]:.2f}x (span, slowest rank), "
+                 f"{ratio[1]:.2f}x (bucket sums), {ratio[2]:.2f}x (span, last to arrive)")
+    return lines
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300)
@@ -75,6 +197,16 @@ def parse_args():
     p.add_argument("--scheme", default=None,
                    help="zen scheme of the sparsified items (default: zen's default, auto)")
     p.add_argument("--out", default=None)
+    p.add_argument("--sync-timing", action="store_true",
+                   help="time every step's synchronization (dense: through a timed allreduce hook)")
+    p.add_argument("--record", default=None,
+                   help="the top-k run writes what every rank sent as a zen-trace/1 file")
+    p.add_argument("--record-steps", type=int, default=3)
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DDP's bucket_cap_mb (default: DDP's, 25 MiB with a 1 MiB first bucket; "
+                        "e.g. 100 puts this model in one bucket: no backward inside the sync span)")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="TopKState(fuse=False): one zen item per parameter")
     return p.parse_args()
 
 
@@ -124,22 +256,40 @@ def main():
     for mode in args.modes.split(","):
         torch.manual_seed(args.seed)
         model = TinyTransformer(vocab, args.width, args.seq_len)
-        ddp = nn.parallel.DistributedDataParallel(model)
-        state = None
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+        state = timer = None
         if mode != "dense":
+            record = args.record if mode == "topk" else None
             state = TopKState(ratio=args.ratio, warmup_steps=args.warmup, ramp_steps=args.ramp,
-                              module=model, error_feedback=(mode == "topk"), scheme=args.scheme)
+                              module=model, error_feedback=(mode == "topk"), scheme=args.scheme,
+                              record=record, record_steps=args.record_steps,
+                              fuse=not args.no_fuse)
             ddp.register_comm_hook(state, topk_hook)
+        elif args.sync_timing:
+            timer = DenseSyncTimer()
+            ddp.register_comm_hook(timer, timed_allreduce_hook)
+        timing = []  # per step: [sync_s, select_s, zen_sync_s, bucket_sum_s, step_s, sent, recv]
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         losses, t0 = [], time.time()
         for step in range(args.steps):
             rows = torch.arange(step * args.batch, (step + 1) * args.batch) % len(mine)
             chunk = mine[rows]
             x, y = chunk[:, :-1], chunk[:, 1:]
+            t_step = time.perf_counter()
             opt.zero_grad()
             loss = F.cross_entropy(ddp(x).reshape(-1, vocab), y.reshape(-1))
             loss.backward()
             opt.step()
+            t_step = time.perf_counter() - t_step
+            if args.sync_timing:
+                if timer is not None:
+                    span, bucket_sum, _ = timer.take()
+                    timing.append([span, 0.0, span, bucket_sum, t_step, 0.0, 0.0])
+                else:
+                    r = state.stats[-1]
+                    timing.append([r["select_s"] + r["sync_s"], r["select_s"], r["sync_s"],
+                                   r["select_s"] + r["bucket_s"], t_step, r["bytes_sent"] or 0,
+                                   r["bytes_received"] or 0])
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             losses.append(mean.item() / world)
@@ -149,9 +299,27 @@ def main():
         with torch.no_grad():
             x, y = held_out[:, :-1], held_out[:, 1:]
             eval_loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1)).item()
-        run = {"losses": losses, "eval_loss": eval_loss, "seconds": time.time() - t0}
+        run = {"losses": losses, "eval_loss": eval_loss, "seconds": time.time() - t0,
+               "params": sum(p.numel() for p in model.parameters())}
         if state is not None:
             run["stats"] = state.stats
+        if args.sync_timing:
+            # Per step, the largest value over ranks (the rank that waited
+            # longest: it also waited for the others to arrive) and, for the
+            # sync times, the smallest (about the last rank to arrive: the
+            # collective itself).
+            worst = torch.tensor(timing, dtype=torch.float64)
+            best = worst.clone()
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            dist.all_reduce(best, op=dist.ReduceOp.MIN)
+            keys = ("sync_s", "select_s", "zen_sync_s", "bucket_sum_s", "step_s", "bytes_sent",
+                    "bytes_received")
+            run["timing"] = [dict(zip(keys, row), step=i, sync_min_s=low[0],
+                                  bucket_sum_min_s=low[3])
+                             for i, (row, low) in enumerate(zip(worst.tolist(), best.tolist()))]
+            if state is not None:
+                for entry, r in zip(run["timing"], state.stats):
+                    entry["recorded"] = r.get("recorded", False)
         out["runs"][mode] = run
         if rank == 0:
             tail = sum(losses[-20:]) / len(losses[-20:])
@@ -166,5 +334,7 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--plot":
         plot(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "--summary":
+        print("\n".join(summarize(sys.argv[2], sys.argv[3])))
     else:
         main()

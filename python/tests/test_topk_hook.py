@@ -7,6 +7,11 @@ plain DDP bit for bit.
 Run: PYTHONPATH=build/python /usr/bin/python3 -m pytest -q python/tests/test_topk_hook.py
 """
 
+import math
+import os
+import pathlib
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -15,7 +20,9 @@ from zen_torch_testing import HERE, check
 from zen_torch_testing import run_ranks as run_worker_ranks
 
 WORKER = HERE / "topk_worker.py"
-SCENARIOS = ["reference", "reference_momentum", "reference_sampled", "ddp_warmup", "ddp_sparse"]
+SHAPES = [(64, 40), (40,), (20, 30), (50, 50)]  # topk_worker.SHAPES
+SCENARIOS = ["reference", "reference_momentum", "reference_sampled", "reference_unfused",
+             "reference_record", "ddp_warmup", "ddp_sparse"]
 
 
 def run_ranks(tmp_path, world, scenarios, timeout=150):
@@ -95,6 +102,31 @@ def test_hook_sampled_threshold(topk_job):
     check(topk_job, "reference_sampled")
 
 
+def test_hook_one_item_per_parameter(topk_job):
+    # TopKState(fuse=False): the same reference checks, one zen item per parameter.
+    check(topk_job, "reference_unfused")
+
+
+def test_record_writes_what_every_rank_sent(topk_job):
+    # TopKState(record=...): per recorded step, every parameter's selection
+    # of every rank and step<k>.all (checked against each rank's
+    # contribution with the docs' numpy reader inside the scenario); the
+    # trace is valid for `zen analyze`.
+    world = topk_job[0]
+    result = check(topk_job, "reference_record")[0]
+    assert result["tensors"] == 2 * (1 + len(SHAPES))
+    zen_cli = pathlib.Path(os.environ.get("ZEN_BUILD", "build")) / "bin" / "zen"
+    if not zen_cli.exists():
+        pytest.skip(f"no {zen_cli} (build the CLI, or set ZEN_BUILD)")
+    text = subprocess.run([str(zen_cli), "analyze", result["path"]], capture_output=True,
+                          text=True, check=True).stdout
+    assert f"{world} ranks, {2 * (1 + len(SHAPES))} tensors" in text, text
+    block = text.split("step0.all")[1]
+    # 2560 + 2500 values sparsified at 5% (128 + 125 sent), 40 + 600 dense.
+    density = 100 * (128 + 125 + 40 + 600) / sum(math.prod(s) for s in SHAPES)
+    assert f"density per rank   min {density:.3f}%" in block, block
+
+
 def test_warmup_is_plain_ddp_bit_for_bit(topk_job):
     check(topk_job, "ddp_warmup")
 
@@ -104,3 +136,38 @@ def test_sparsified_ddp_keeps_ranks_in_sync(topk_job):
     # follows the warm-up and ramp, and every step left a stats record.
     for res in check(topk_job, "ddp_sparse"):
         assert len(res["stats"]) == 8 and len(res["losses"]) == 8
+
+
+# --- examples/train_topk.py --summary (scripts/topk-testbed's figures) -------
+
+def test_train_topk_summary_compares_the_same_steps(tmp_path):
+    import importlib.util
+    import json
+    spec = importlib.util.spec_from_file_location(
+        "train_topk", HERE.parent.parent / "examples" / "train_topk.py")
+    train_topk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_topk)
+    args = {"world": 8, "batch": 8, "seq_len": 32, "ratio": 0.01, "warmup": 2, "ramp": 1,
+            "record_steps": 1, "scheme": "zen", "bucket_cap_mb": None}
+    keys = ("sync_s", "select_s", "zen_sync_s", "bucket_sum_s", "step_s", "bytes_sent",
+            "bytes_received")
+
+    def write(name, mode, syncs, stats=None):
+        timing = [dict(zip(keys, [t, 0.001, t, t, 0.2, 1e5, 2e5]), step=i)
+                  for i, t in enumerate(syncs)]
+        run = {"params": 1000, "timing": timing}
+        if stats:
+            run["stats"] = stats
+        path = tmp_path / name
+        path.write_text(json.dumps({"args": args, "runs": {mode: run}}))
+        return path
+
+    # The first warmup + ramp + record_steps = 4 steps are not measured.
+    dense = write("dense.json", "dense", [9, 9, 9, 9, 0.08, 0.09, 0.1])
+    topk = write("topk.json", "topk", [9, 9, 9, 9, 0.02, 0.03, 0.01],
+                 [{"fraction": 0.02}] * 7)
+    text = "\n".join(train_topk.summarize(dense, topk))
+    assert "sync (first bucket called to last done) 90.0 ms (80.0-100.0)" in text, text
+    assert "20.0 ms (10.0-30.0)" in text, text
+    assert "ratio dense / top-k, sync medians: 4.50x (span, slowest rank)" in text, text
+    assert "fraction sent 2.00%" in text and "10240 tokens/s" in text, text

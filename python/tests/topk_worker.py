@@ -16,6 +16,8 @@ import os
 import sys
 import traceback
 
+import numpy as np
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -63,12 +65,17 @@ def reference_topk(acc, k):
 SHAPES = [(64, 40), (40,), (20, 30), (50, 50)]  # 2560 sparse, bias, 600 < min_numel, 2500
 
 
-def scenario_reference(rank, world, momentum=None, exact=True):
+OUT_DIR = None  # the --out directory (main)
+
+
+def scenario_reference(rank, world, momentum=None, exact=True, fuse=True, record_path=None):
     ratio, min_numel, warmup, steps = 0.05, 1000, 1, 5
     torch.manual_seed(0)
     params = [nn.Parameter(torch.zeros(s)) for s in SHAPES]
     state = TopKState(ratio=ratio, warmup_steps=warmup, min_numel=min_numel, momentum=momentum,
-                      exact=exact, zen_state=zen.torch.ZenState())
+                      exact=exact, zen_state=zen.torch.ZenState(), fuse=fuse, record=record_path,
+                      record_steps=2, record_start=2)
+    contributions = []  # this rank's sent values per step, dense
     n = sum(p.numel() for p in params)
     res_ref = [torch.zeros(p.numel()) for p in params]
     vel_ref = [torch.zeros(p.numel()) for p in params]
@@ -124,6 +131,7 @@ def scenario_reference(rank, world, momentum=None, exact=True):
                 contribution[offset:offset + p.numel()] = sent
                 sent_values += int(mask.sum())
             offset += p.numel()
+        contributions.append(contribution.clone())
         expected = contribution.clone()
         dist.all_reduce(expected)
         expected.div_(world)
@@ -133,6 +141,7 @@ def scenario_reference(rank, world, momentum=None, exact=True):
                                    msg=lambda m: f"step {step}: {m}")
         record = state.stats[-1]
         assert record["step"] == step and record["mode"] == "zen", record
+        assert record["recorded"] == (record_path is not None and step in (2, 3)), record
         assert record["values_sent"] == sent_values, (record, sent_values)
         assert record["values_total"] == n
         assert record["bytes_sent"] > 0 and record["bytes_received"] > 0, record
@@ -140,7 +149,52 @@ def scenario_reference(rank, world, momentum=None, exact=True):
         checked.append({"step": step, "fraction": record["fraction"],
                         "bytes_sent": record["bytes_sent"]})
     assert state.step == steps
+    if record_path is not None:
+        return check_recorded(rank, world, record_path, contributions, params, min_numel)
     return checked
+
+
+def check_recorded(rank, world, path, contributions, params, min_numel):
+    """The trace holds, for recorded steps 2 and 3 (trace steps 0 and 1),
+    exactly what every rank sent: per parameter its selection (every value
+    of a dense one), and step<k>.all the whole bucket."""
+    # Steps 2 and 3 of every rank (contributions[0] is step 1: step 0 was
+    # the warm-up and kept nothing).
+    mine = torch.stack([contributions[1], contributions[2]])
+    gathered = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    if rank != 0:
+        return None
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "capture"))
+    from check_trace_format import load_reader  # the docs' numpy reader
+    trace_world, tensors = load_reader()(path)
+    assert trace_world == world
+    n = sum(p.numel() for p in params)
+    expect = {f"step{k}.all" for k in range(2)}
+    expect |= {f"step{k}.bucket0.{j}" for k in range(2) for j in range(len(params))}
+    assert set(tensors) == expect, sorted(tensors)
+    for k in range(2):
+        rows, width, ranks = tensors[f"step{k}.all"]
+        assert (rows, width) == (n, 1)
+        offset = 0
+        for j, p in enumerate(params):
+            m = p.numel()
+            prows, pwidth, pranks = tensors[f"step{k}.bucket0.{j}"]
+            assert (prows, pwidth) == (m, 1), (j, prows, pwidth)
+            for r in range(world):
+                sent = gathered[r][k][offset:offset + m].numpy()
+                ids, values = pranks[r]
+                dense = p.dim() <= 1 or m < min_numel
+                want = np.arange(m) if dense else np.flatnonzero(sent)
+                np.testing.assert_array_equal(ids, want)
+                np.testing.assert_array_equal(values.reshape(-1), sent[want])
+            offset += m
+        for r in range(world):
+            ids, values = ranks[r]
+            full = np.zeros(n, np.float32)
+            full[ids] = values.reshape(-1)
+            np.testing.assert_array_equal(full, gathered[r][k].numpy())
+    return {"path": path, "tensors": len(tensors)}
 
 
 def scenario_reference_momentum(rank, world):
@@ -149,6 +203,15 @@ def scenario_reference_momentum(rank, world):
 
 def scenario_reference_sampled(rank, world):
     return scenario_reference(rank, world, exact=False)
+
+
+def scenario_reference_unfused(rank, world):
+    return scenario_reference(rank, world, fuse=False)
+
+
+def scenario_reference_record(rank, world):
+    path = os.path.join(OUT_DIR, "topk-record.safetensors")
+    return scenario_reference(rank, world, record_path=path)
 
 
 # --- real DDP --------------------------------------------------------------
@@ -228,6 +291,8 @@ SCENARIOS = {
     "reference": scenario_reference,
     "reference_momentum": scenario_reference_momentum,
     "reference_sampled": scenario_reference_sampled,
+    "reference_unfused": scenario_reference_unfused,
+    "reference_record": scenario_reference_record,
     "ddp_warmup": scenario_ddp_warmup,
     "ddp_sparse": scenario_ddp_sparse,
 }
@@ -241,6 +306,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("scenarios", nargs="+", choices=sorted(SCENARIOS))
     args = parser.parse_args()
+    global OUT_DIR
+    OUT_DIR = args.out
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=args.init, rank=args.rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=60))

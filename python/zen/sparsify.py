@@ -14,10 +14,14 @@ torch's PowerSGD hook::
     ...
     state.stats[-1]   # what the latest step sent and how long it took
 
-Per bucket, in one zen batch: every sparsified parameter as an element-sparse
-item (rows = numel, width 1: its selected values), and the parameters that
-stay dense (0-/1-D ones such as biases and norms, those below ``min_numel``
-elements, and those named in ``dense_params``) as dense items. The global sum
+Per bucket, one zen batch of one element-sparse item (rows = the bucket's
+values, width 1): the selections of every sparsified parameter and every
+value of the parameters that stay dense (0-/1-D ones such as biases and
+norms, those below ``min_numel`` elements, and those named in
+``dense_params``). ``fuse=False``: one element-sparse item per sparsified
+parameter (rows = numel) and one dense item per dense parameter; each item's
+data moves with its own scheme rounds, so fusing saves rounds, not bytes
+(a dense parameter's values cost 12 bytes each instead of 4). The global sum
 is written back densely into the bucket and divided by the world size; the
 future is completed from zen's progress thread (backward goes on meanwhile).
 
@@ -42,7 +46,22 @@ values this rank sent: selected + dense), values_total, fraction,
 bytes_sent / bytes_received (zen.Communicator payload counters over the step;
 None for steps through the process group), select_s (time spent selecting, in
 the hook, on the autograd thread), sync_s (first bucket started to last
-bucket done), buckets.
+bucket done; through the process group: the sum of the buckets' times),
+bucket_s (the sum over buckets of each one's start to done), buckets,
+recorded (True for a step recorded to a trace: its batches also gather
+every rank's selection, so its times and bytes are not those of a plain
+step).
+
+Recording (``record=path``): the hook writes what every rank sent in
+``record_steps`` steps, from ``record_start`` (default: the first step at the
+final ratio, after warm-up and ramp), as a zen-trace/1 file (rank 0 writes
+it, rewritten after every recorded bucket), for ``zen analyze`` and ``zen
+bench --trace``: per step k and parameter, ``step<k>.<name>`` (rows = numel,
+width 1: the selected values, or every value of a parameter that stays
+dense), and ``step<k>.all``, the concatenation of all of them in bucket
+order (rows = the model's values): one step's whole synchronization as one
+element-sparse tensor. The rows travel to every rank with the bucket's batch
+(scheme agsparse), so recording costs traffic only while it lasts.
 """
 
 import math
@@ -86,11 +105,24 @@ class TopKState:
             ZenState's, e.g. 'auto', whose cost model may pick a dense
             allreduce for them when the union of the ranks' selections is
             dense enough; 'zen' keeps them sparse on the wire).
+        fuse: True (default): per bucket, one element-sparse item holding
+            every sparsified parameter's selection and every value of the
+            parameters that stay dense (rows = the bucket's values, ids
+            offset by the parameter's place in the bucket): one data phase
+            per bucket. False: one item per parameter, dense ones as dense
+            items (a scheme's rounds per parameter; slower when latency or
+            CPU scheduling, not bytes, dominates).
+        record: a path: write what every rank sent in `record_steps` steps
+            as a zen-trace/1 file (see the module's docstring).
+        record_steps: how many steps to record (default 3).
+        record_start: the first recorded step (default warmup_steps +
+            ramp_steps: the first at the final ratio).
     """
 
     def __init__(self, ratio=0.01, *, warmup_steps=0, ramp_steps=0, dense_params=(),
                  min_numel=1024, momentum=None, exact=True, error_feedback=True,
-                 zen_state=None, module=None, threads=1, keep_stats=None, scheme=None):
+                 zen_state=None, module=None, threads=1, keep_stats=None, scheme=None,
+                 record=None, record_steps=3, record_start=None, fuse=True):
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"zen: TopKState ratio must lie in (0, 1], got {ratio}")
         if warmup_steps < 0 or ramp_steps < 0:
@@ -120,6 +152,16 @@ class TopKState:
         self.residuals = {}
         self.velocities = {}
         self._record = None
+        self.fuse = bool(fuse)
+        if record_steps < 0 or (record_start is not None and record_start < 0):
+            raise ValueError("zen: record_steps and record_start must be >= 0")
+        self.record = None if record is None else str(record)
+        self.record_steps = int(record_steps)
+        self.record_start = (self.warmup_steps + self.ramp_steps if record_start is None
+                             else int(record_start))
+        # Per recorded step k: {(bucket index, position): (trace name, rows, [(ids, values)]
+        # per rank)}, kept on every rank; rank 0 writes the file.
+        self._recorded = {}
 
     # --- configuration -----------------------------------------------------
 
@@ -166,7 +208,7 @@ class TopKState:
                 "step": self.step, "mode": mode, "ratio": self.current_ratio(),
                 "values_sent": 0, "values_total": 0, "fraction": 0.0,
                 "bytes_sent": None, "bytes_received": None, "select_s": 0.0, "sync_s": 0.0,
-                "buckets": 0,
+                "bucket_s": 0.0, "buckets": 0, "recorded": False,
             }
             live = {"t0": None, "comm": comm, "sent0": comm.bytes_sent if comm else 0,
                     "recv0": comm.bytes_received if comm else 0}
@@ -175,6 +217,14 @@ class TopKState:
             if self.keep_stats is not None and len(self.stats) > self.keep_stats:
                 del self.stats[:len(self.stats) - self.keep_stats]
         return self._record
+
+    def recording(self, step=None):
+        """The recorded step number k of `step` (default: the current one), or None."""
+        step = self.step if step is None else step
+        first = self.record_start
+        if self.record is None or not first <= step < first + self.record_steps:
+            return None
+        return step - self.record_start
 
     def _end_bucket(self, bucket):
         if bucket.is_last():
@@ -209,6 +259,7 @@ def _dense_pg(state, bucket):
 
     def done(f):
         record["sync_s"] += time.perf_counter() - t0
+        record["bucket_s"] += time.perf_counter() - t0
         return f.value()[0]
 
     return fut.then(done)
@@ -247,7 +298,13 @@ def _sparse_bucket(state, bucket, ratio):
     flat = buffer.view(-1)
     array = flat.detach().numpy()
     momentum = state.momentum
-    items, scatter = [], []  # scatter: (offset, numel) of each sparse item, in order
+    fuse = state.fuse
+    items = []
+    scatter = []  # (offset, numel) of each sparse item (per parameter), in order
+    sel_ids, sel_values = [], []  # fused: the selections, ids relative to the bucket
+    any_selected = False
+    recorded = state.recording()
+    parts = []  # what this rank sends, to record: (position, name, rows, ids, values)
     sent = total = 0
     t_select = time.perf_counter()
     for j, (param, offset, n) in enumerate(_bucket_params(bucket)):
@@ -265,8 +322,14 @@ def _sparse_bucket(state, bucket, ratio):
             grad[:] = u  # what this rank contributes: its momentum
         total += n
         if state.is_dense(param, name) or ratio >= 1.0:
-            items.append(("dense", name, grad, n, 1))
+            if fuse:  # every value, in the bucket's one sparse item
+                sel_ids.append(np.arange(offset, offset + n, dtype=np.int64))
+                sel_values.append(grad)
+            else:
+                items.append(("dense", name, grad, n, 1))
             sent += n
+            if recorded is not None:  # copied: the dense sum lands in `grad`
+                parts.append((j, name, n, np.arange(n, dtype=np.int64), grad.copy()))
             continue
         acc = state.residuals.get(key)
         if acc is None:
@@ -278,10 +341,29 @@ def _sparse_bucket(state, bucket, ratio):
             state.velocities[key][ids] = 0.0  # DGC's momentum factor masking
         if not state.error_feedback:
             acc.fill(0.0)
-        item = ("sparse", name, n, 1, ids, values)
-        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
-        scatter.append((offset, n))
+        if fuse:
+            any_selected = True
+            sel_ids.append(ids + offset)
+            sel_values.append(values)
+        else:
+            item = ("sparse", name, n, 1, ids, values)
+            items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+            scatter.append((offset, n))
         sent += len(ids)
+        if recorded is not None:
+            parts.append((j, name, n, np.array(ids, dtype=np.int64), np.array(values, np.float32)))
+    if fuse and any_selected:
+        # One element-sparse item for the whole bucket (rows = the bucket's
+        # values): every selection and every value of the parameters that
+        # stay dense; one data phase per bucket instead of one per parameter.
+        item = ("sparse", "topk", flat.numel(), 1, np.concatenate(sel_ids),
+                np.concatenate(sel_values))
+        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+        scatter.append((0, flat.numel()))
+    elif fuse and sel_ids:
+        # Nothing sparsified (all parameters dense, or ratio 1 with momentum):
+        # the whole bucket as one dense item, summed in place.
+        items.append(("dense", "dense", array, array.size, 1))
     record["select_s"] += time.perf_counter() - t_select
     record["values_sent"] += sent
     record["values_total"] += total
@@ -290,11 +372,19 @@ def _sparse_bucket(state, bucket, ratio):
     t0 = time.perf_counter()
     if live["t0"] is None:
         live["t0"] = t0
+    layout = None
+    if recorded is not None:
+        record["recorded"] = True
+        extra, layout = _record_items(state, index, recorded, parts)
+        items = items + extra
     future = torch.futures.Future()
 
     def done(handle):
         try:
             results = handle.wait()
+            if layout is not None:
+                gathered = results[len(scatter):]
+                results = results[:len(scatter)]
             with torch.no_grad():
                 for (offset, n), (ids, values) in zip(scatter, results):
                     out = array[offset:offset + n]
@@ -302,12 +392,77 @@ def _sparse_bucket(state, bucket, ratio):
                     out[ids] = values.reshape(-1)
                 flat.div_(world)
             comm = live["comm"]
-            record["sync_s"] = time.perf_counter() - live["t0"]
+            now = time.perf_counter()
+            record["sync_s"] = now - live["t0"]
+            record["bucket_s"] += now - t0
             record["bytes_sent"] = comm.bytes_sent - live["sent0"]
             record["bytes_received"] = comm.bytes_received - live["recv0"]
+            if layout is not None:
+                _keep_recorded(state, recorded, layout, gathered)
             future.set_result(buffer)
         except Exception as e:  # noqa: BLE001 (handed to DDP)
             future.set_exception(e)
 
     ctx.start(f"topk.bucket{index}", items, on_done=done)
     return future
+
+
+# --- recording what the ranks sent (record=) --------------------------------
+
+def _trace_name(step, name):
+    clean = "".join(c if c.isalnum() or c in "_.:-" else "_" for c in name)
+    return f"step{step}.{clean}"[:200]
+
+
+def _record_items(state, index, step, parts):
+    """Items that gather every rank's sent values of each part to every rank:
+    rank r puts its values at offset r x rows of a [world x rows] tensor, so
+    the sum is the concatenation (agsparse: an allgather, exact)."""
+    zs = state.zen_state
+    world, rank = zs.world_size, zs.comm.rank
+    items, layout = [], []
+    for position, name, rows, ids, values in parts:
+        trace_name = _trace_name(step, name)
+        items.append(("sparse", "record." + trace_name, world * rows, 1, ids + rank * rows,
+                      values.reshape(-1, 1), {"scheme": "agsparse"}))
+        layout.append(((index, position), trace_name, rows))
+    return items, layout
+
+
+def _keep_recorded(state, step, layout, gathered):
+    """Keeps every rank's sent values of the bucket; rank 0 rewrites the trace."""
+    zs = state.zen_state
+    world = zs.world_size
+    kept = state._recorded.setdefault(step, {})
+    for (key, trace_name, rows), (ids, values) in zip(layout, gathered):
+        owner = ids // rows
+        kept[key] = (trace_name, rows, [(ids[owner == r] - r * rows, values[owner == r].reshape(-1))
+                                        for r in range(world)])
+    if zs.comm.rank == 0:
+        _write_trace(state)
+
+
+def _write_trace(state):
+    """Rank 0: the recorded steps as zen-trace/1: per step, `step<k>.all` (every
+    part of the step concatenated in (bucket, position) order), then the parts."""
+    world = state.zen_state.world_size
+    tensors = []
+    for step in sorted(state._recorded):
+        parts = [state._recorded[step][key] for key in sorted(state._recorded[step])]
+        offset, per_rank = 0, [([], []) for _ in range(world)]
+        for _, rows, ranks in parts:
+            for r, (ids, values) in enumerate(ranks):
+                per_rank[r][0].append(ids + offset)
+                per_rank[r][1].append(values)
+            offset += rows
+        tensors.append((f"step{step}.all", offset, 1,
+                        [(np.concatenate(ids), np.concatenate(values).reshape(-1, 1))
+                         for ids, values in per_rank]))
+        tensors += [(name, rows, 1, [(ids, values.reshape(-1, 1)) for ids, values in ranks])
+                    for name, rows, ranks in parts]
+    zen.write_trace(state.record, world, tensors, {
+        "generator": "zen.sparsify TopKState(record=...)",
+        "ratio": repr(state.ratio),
+        "record_start": str(state.record_start),
+        "all": "step<k>.all: every parameter of step k concatenated (bucket order)",
+    })
