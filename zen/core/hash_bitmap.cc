@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "zen/core/checked.h"
+#include "zen/core/half.h"
 
 namespace zen {
 namespace {
@@ -173,31 +174,6 @@ RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int
 
 namespace {
 
-uint16_t ToBfloat16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-float FromBfloat16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-uint16_t ToFloat16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  uint16_t u;
-  std::memcpy(&u, &h, sizeof(u));
-  return u;
-}
-float FromFloat16(uint16_t u) {
-  _Float16 h;
-  std::memcpy(&h, &u, sizeof(h));
-  return static_cast<float>(h);
-}
-
 // Where the values of a message with this header start.
 bool ValuesOffset(const Header& h, int64_t domain_size, size_t& out) {
   if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo)) {
@@ -236,7 +212,7 @@ void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v) {
   for (size_t i = 0; i < n; ++i) {
     float f;
     std::memcpy(&f, values + i * sizeof(float), sizeof(f));
-    const uint16_t u = v == WireValues::kBfloat16 ? ToBfloat16(f) : ToFloat16(f);
+    const uint16_t u = v == WireValues::kBfloat16 ? FloatToBfloat16Bits(f) : FloatToHalfBits(f);
     std::memcpy(values + i * sizeof(uint16_t), &u, sizeof(u));
   }
   h.reserved = static_cast<uint16_t>(v);
@@ -270,7 +246,7 @@ void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t w
   for (size_t i = n; i-- > 0;) {
     uint16_t u;
     std::memcpy(&u, values + i * sizeof(uint16_t), sizeof(u));
-    const float f = v == WireValues::kBfloat16 ? FromBfloat16(u) : FromFloat16(u);
+    const float f = v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(u) : HalfBitsToFloat(u);
     std::memcpy(values + i * sizeof(float), &f, sizeof(f));
   }
   h.reserved = 0;
