@@ -16,8 +16,10 @@
 // metadata round and every rank raises for the batch. A dense or sparse item
 // may end with a dict of options: "scheme" (this tensor's scheme id),
 // "dtype" (the caller's dtype before conversion to float32, compared across
-// ranks) and "values" ("bf16"/"fp16": values at half width on the wire,
-// summed in float32; scheme zen, which "auto" then means).
+// ranks), "values" ("bf16"/"fp16": values at half width on the wire,
+// summed in float32) and "sum_order" ([(first element, start rank), ...]:
+// the order ranks' values are added in, ZenScheme::set_sum_order); the
+// last two need scheme zen, which "auto" then means.
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -132,6 +134,18 @@ void AddItem(PyBatch& b, const py::handle& item) {
         t.values = WireValues::kFloat16;
       } else if (v != "fp32" && v != "float32") {
         if (error.empty()) error = "values must be 'fp32', 'bf16' or 'fp16', got '" + v + "'";
+      }
+    }
+    if (d.contains("sum_order")) {
+      // [(first element, start rank), ...]: the order ranks are added in.
+      try {
+        for (const py::handle step : py::reinterpret_borrow<py::sequence>(d["sum_order"])) {
+          const auto pair = py::reinterpret_borrow<py::sequence>(step);
+          if (pair.size() != 2) throw py::value_error("a step is (first element, start rank)");
+          t.sum_order.emplace_back(pair[0].cast<int64_t>(), pair[1].cast<int>());
+        }
+      } catch (const std::exception& e) {
+        if (error.empty()) error = std::string("sum_order must be [(first element, start rank), ...]: ") + e.what();
       }
     }
   };

@@ -10,7 +10,8 @@ DDP (dense and sparse gradients, one call)::
 
 The hook receives every DDP bucket. A dense bucket is synchronized one
 bucket in one batch (every >= 2-D parameter as a [rows x width] item, so
-zero rows of an embedding gradient are not sent; all 0-/1-D parameters of
+zero rows of an embedding gradient are not sent, neighbours of the same
+width fused into one item; all 0-/1-D parameters of
 the bucket together as one [n x 1] element buffer, so zero elements are not
 sent). As plain DDP does, each rank's gradient is scaled by 1/world size
 before the sum, so the average lands in the bucket. A sparse COO bucket
@@ -173,6 +174,14 @@ class ZenState:
             composed with zen's sparsity). Buckets on the process group's
             allreduce (dense_threshold) are then cast to that dtype, summed
             by the process group and cast back, as torch's hooks do.
+        ddp_order: True (default): on 3 or more ranks, a float32 dense
+            bucket synchronized by zen is summed in the order Gloo's ring
+            allreduce adds the ranks (per chunk of the bucket), so the
+            result is plain DDP + Gloo's bit for bit (on 2 ranks every
+            order gives the same float32 sum). Costs an ordered sum per
+            element on the servers and means scheme zen where the scheme
+            is auto; False: zen's own order (ascending ranks) and auto's
+            choice, with sums that may differ from DDP's in the last bit.
         timeline: True to record, per bucket call, when the hook started it
             and when its future was completed (time.perf_counter seconds)
             in ``state.timeline``, a list of dicts {"bucket", "path" ("zen",
@@ -182,7 +191,7 @@ class ZenState:
 
     def __init__(self, process_group=None, *, scheme=None, module=None, hostname=None,
                  timeout=None, comm=None, threads=0, seed=None, dense_threshold=0.5,
-                 record=None, record_steps=3, values="fp32", timeline=None):
+                 record=None, record_steps=3, values="fp32", timeline=None, ddp_order=True):
         self.process_group = process_group
         self.scheme_id = scheme or os.environ.get(_ENV_SCHEME) or zen.default_scheme()
         known = [s for s, _ in zen.schemes()]
@@ -206,6 +215,7 @@ class ZenState:
             raise ValueError(f"zen: ZenState(values={values!r}): expected one of "
                              f"{', '.join(repr(v) for v in _WIRE_VALUES)}")
         self.values = values
+        self.ddp_order = bool(ddp_order)
         self.timeline = [] if timeline else None
         self._names = {}
         if module is not None:
@@ -442,12 +452,62 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     return tensor
 
 
-def _bucket_items(state, bucket, work):
+# Gloo's ring allreduce (gloo/allreduce.cc, what ProcessGroupGloo runs for a
+# CPU bucket) cuts a buffer of `total` bytes into numSegments =
+# roundUp(max(ceil(total / 1 MiB), 2 world), world) segments of
+# roundUp(ceil(total / numSegments), 4) bytes; chunk c (segments
+# [c nspr, (c + 1) nspr), nspr = numSegments / world) travels the ring from
+# rank c - 1 down to rank c, each adding its value to the sum so far. zen
+# adds in that order when told (ZenScheme::set_sum_order), so a dense bucket
+# summed by zen is plain DDP's bucket bit for bit.
+_GLOO_MAX_SEGMENT_BYTES = 1024 * 1024
+
+
+def _ddp_order(state, buffer):
+    """Whether a dense bucket's zen items are summed in Gloo's ring order:
+    float32 values on a float32 bucket, 3 or more ranks (on 2 the order
+    does not matter), and a scheme that can (zen, or auto, which then
+    means zen)."""
+    return (state.ddp_order and state.values == "fp32" and buffer.dtype == torch.float32
+            and state.world_size >= 3 and state.scheme_id in ("auto", "zen"))
+
+
+def _with(item, options):
+    return item + (options,) if options else item
+
+
+def _ring_sum_order(pieces, numel, world):
+    """(first element, start rank) steps for an item made of `pieces`
+    ((offset, length) in a float32 bucket of `numel` elements, in item
+    order)."""
+    def round_up(v, m):
+        return -(-v // m) * m
+    total = numel * 4
+    segments = round_up(max(-(-total // _GLOO_MAX_SEGMENT_BYTES), 2 * world), world)
+    chunk = (segments // world) * (round_up(-(-total // segments), 4) // 4)
+    steps, at = [], 0
+    for offset, length in pieces:
+        g = offset
+        while g < offset + length:
+            c = g // chunk
+            start = (c - 1) % world
+            if not steps or steps[-1][1] != start:
+                steps.append((at + g - offset, start))
+            g = min(offset + length, (c + 1) * chunk)
+        at += length
+    return steps
+
+
+def _bucket_items(state, bucket, work, fuse=True):
     """The items of a dense bucket, viewing `work` (the bucket's buffer, or
     its float32 copy): one per >= 2-D parameter ([rows x width], so zero rows
     of an embedding are not sent), and all 0-/1-D parameters together as one
-    element buffer (copied out and back: they are small). Returns the items
-    and a function that copies the vectors' sums back."""
+    element buffer (copied out and back: they are small). With `fuse`,
+    parameters of the same width that lie next to each other in the bucket
+    (e.g. a transformer's q, k, v and output projections) are one item: one
+    [rows1 + rows2 + ... x width] view, so one exchange instead of one per
+    parameter, with the same sums. Returns the items and a function that
+    copies the vectors' sums back."""
     buffer = bucket.buffer()
     index = bucket.index()
     flat = work.view(-1)
@@ -455,7 +515,7 @@ def _bucket_items(state, bucket, work):
     start = buffer.data_ptr()
     size = buffer.element_size()
     grads, params = bucket.gradients(), bucket.parameters()
-    items, small = [], []
+    matrices, small = [], []  # (offset, name, rows, width); (offset, numel)
     offset = 0
     for j, (grad, param) in enumerate(zip(grads, params)):
         n = grad.numel()
@@ -466,14 +526,28 @@ def _bucket_items(state, bucket, work):
         if grad.dim() >= 2:
             rows, width = _matrix_shape(tuple(grad.shape))
             name = state.param_name(param, f"bucket{index}.{j}")
-            items.append(("dense", name, array[offset:offset + n], rows, width))
+            last = matrices[-1] if matrices else None
+            if fuse and last and last[3] == width and last[0] + last[2] * width == offset:
+                matrices[-1] = (last[0], last[1] + "+" + name, last[2] + rows, width)
+            else:
+                matrices.append((offset, name, rows, width))
         else:
             small.append((offset, n))
         offset += n
+    ring = _ddp_order(state, buffer)
+
+    def options(pieces):
+        return ({"sum_order": _ring_sum_order(pieces, flat.numel(), state.world_size)}
+                if ring else None)
+
+    items = [_with(("dense", name, array[o:o + rows * width], rows, width),
+                   options([(o, rows * width)]))
+             for o, name, rows, width in matrices]
     if not small:
         return items, None
     vectors = torch.cat([flat[o:o + n] for o, n in small])
-    items.append(("dense", f"bucket{index}.vectors", vectors.numpy(), vectors.numel(), 1))
+    items.append(_with(("dense", f"bucket{index}.vectors", vectors.numpy(), vectors.numel(), 1),
+                       options(small)))
 
     def copy_back():
         at = 0
@@ -627,7 +701,7 @@ def comm_hook(state, bucket):
         return future
     with torch.no_grad():
         work = _float32(buffer)
-        items, copy_back = _bucket_items(state, bucket, work)
+        items, copy_back = _bucket_items(state, bucket, work, fuse=not recording)
         n_sync = len(items)
         layout = None
         step = _next_call(state, index)
@@ -645,7 +719,8 @@ def comm_hook(state, bucket):
             torch.from_numpy(items[-1][2]).mul_(scale)
         options = _item_options(state)
         if options:
-            items = [item + (options,) for item in items]
+            items = [item[:5] + ({**(item[5] if len(item) > 5 else {}), **options},)
+                     for item in items]
         if layout:
             items = items + extra
     decide = index not in state.bucket_modes

@@ -8,6 +8,7 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/schemes/zen.h"
 
 namespace zen {
 namespace {
@@ -22,7 +23,18 @@ const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback) {
   static const std::string kZen = "zen";
   const std::string& id = t.scheme.empty() ? fallback : t.scheme;
   // Half-width values are ZEN's: "auto" picks it.
-  return t.values != WireValues::kFloat32 && id == "auto" ? kZen : id;
+  const bool needs_zen = t.values != WireValues::kFloat32 || !t.sum_order.empty();
+  return needs_zen && id == "auto" ? kZen : id;
+}
+
+// "ranks" (ascending), or the steps' count and a digest.
+std::string SumOrderName(const std::vector<std::pair<int64_t, int>>& order) {
+  if (order.empty()) return "ranks";
+  uint64_t h = 1469598103934665603ULL;
+  for (const auto& [first, start] : order) {
+    h = Mix(h, std::to_string(first) + ":" + std::to_string(start));
+  }
+  return detail::Concat(order.size(), " steps #", h % 1000000007ULL);
 }
 
 // What the ranks must agree on for one tensor, in a fixed field order.
@@ -33,10 +45,11 @@ std::vector<std::string> Fields(const BatchTensor& t, const std::string& fallbac
           std::to_string(t.width),
           t.dtype.empty() ? "float32" : t.dtype,
           t.scheme.empty() ? fallback : t.scheme,  // as asked (auto stays auto)
-          WireValuesName(t.values)};
+          WireValuesName(t.values),
+          SumOrderName(t.sum_order)};
 }
 constexpr const char* kFieldNames[] = {"name", "layout", "rows", "width", "dtype", "scheme",
-                                       "values"};
+                                       "values", "sum order"};
 
 // One line per tensor, fields separated by tabs (names cannot hold tabs or
 // newlines that matter here: they are escaped).
@@ -85,12 +98,26 @@ std::string Difference(size_t index, const std::string* theirs, int their_rank,
 // What is wrong with this rank's tensor, or empty (checked before the
 // metadata round, so that every rank hears of it).
 std::string LocalError(const BatchTensor& t, const std::string& scheme,
-                       const SchemeRegistry& registry) {
+                       const SchemeRegistry& registry, int world) {
   if (!t.error.empty()) return t.error;
   if (!registry.Find(scheme)) return "unknown scheme '" + scheme + "'";
   if (t.values != WireValues::kFloat32 && scheme != "zen") {
     return detail::Concat(WireValuesName(t.values), " values on the wire need scheme zen, not '",
                           scheme, "'");
+  }
+  if (!t.sum_order.empty()) {
+    if (scheme != "zen" || t.kind != BatchTensor::Kind::kDense) {
+      return "a sum order needs a dense tensor and scheme zen, not '" + scheme + "'";
+    }
+    for (size_t i = 0; i < t.sum_order.size(); ++i) {
+      const auto [first, start] = t.sum_order[i];
+      if ((i == 0 ? first != 0 : first <= t.sum_order[i - 1].first) || start < 0 ||
+          start >= world) {
+        return detail::Concat("sum order step ", i, " (", first, ", ", start,
+                              ") is invalid: steps start at element 0, ascend, and name ranks "
+                              "in [0, ", world, ")");
+      }
+    }
   }
   if (t.rows < 1 || t.width < 1) {
     return detail::Concat("shape [", t.rows, ", ", t.width,
@@ -149,7 +176,7 @@ void CheckBatchAgree(Communicator& comm, std::string_view batch,
   for (const BatchTensor& t : tensors) {
     const std::string& scheme = SchemeOf(t, default_scheme);
     if (error.empty()) {
-      const std::string why = LocalError(t, scheme, registry);
+      const std::string why = LocalError(t, scheme, registry, comm.size());
       if (!why.empty()) error = "tensor '" + t.name + "': " + why;
     }
     fingerprint = Mix(fingerprint, Describe(t, default_scheme));
@@ -305,6 +332,11 @@ void Context::Execute(const Job& job) {
   for (BatchTensor& t : tensors) {
     Scheme& s = scheme(SchemeOf(t, options_.scheme), t.values);
     if (t.kind == BatchTensor::Kind::kDense) {
+      if (!t.sum_order.empty()) {
+        auto* zen = dynamic_cast<ZenScheme*>(&s);
+        if (zen == nullptr) throw InvalidArgument(Where{comm_->rank(), t.name}, "a sum order needs zen");
+        zen->set_sum_order(t.sum_order);
+      }
       s.SyncDense(*comm_, t.dense, t.rows, t.width, t.name);
     } else {
       *t.sparse_out = s.Sync(*comm_, *t.sparse);

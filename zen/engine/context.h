@@ -74,6 +74,12 @@ struct BatchTensor {
   // sums stay float32). Half widths need scheme "zen" ("auto" then means
   // zen); the ranks must agree.
   WireValues values = WireValues::kFloat32;
+  // kDense only: the order in which ranks' values are added, per element
+  // (ZenScheme::set_sum_order: (first element, start rank) steps; empty:
+  // ascending ranks). zen.torch passes Gloo's ring order so that its sums
+  // are plain DDP's bit for bit. Needs scheme zen ("auto" then means zen);
+  // the ranks must agree.
+  std::vector<std::pair<int64_t, int>> sum_order;
   // Set when this rank cannot synchronize the tensor (e.g. an unsupported
   // dtype seen by a binding): every rank then raises InvalidArgument for
   // the batch, this rank with this message.

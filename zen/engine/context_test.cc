@@ -238,6 +238,86 @@ TEST_P(ContextTest, HalfWidthValuesAreAgreedAndUseZen) {
   }
 }
 
+// A dense tensor may carry a sum order (Gloo's ring order, for bit-for-bit
+// DDP): zen adds each element's contributions cyclically downward from the
+// step's start rank; auto means zen; other schemes refuse on every rank; a
+// rank with other steps fails on every rank.
+TEST_P(ContextTest, SumOrderIsAgreedAndUsesZen) {
+  const Bucket b;
+  const std::vector<std::pair<int64_t, int>> order = {{0, 2}, {11, 0}, {25, 1}};
+  // Independent reference: the order written out per element.
+  std::vector<std::vector<float>> in(kWorld);
+  for (int r = 0; r < kWorld; ++r) in[static_cast<size_t>(r)] = b.inputs[1][static_cast<size_t>(r)].ToDense();
+  std::vector<float> want(in[0].size());
+  for (size_t e = 0; e < want.size(); ++e) {
+    int start = 0;
+    for (const auto& [first, s] : order) {
+      if (static_cast<int64_t>(e) >= first) start = s;
+    }
+    float acc = in[static_cast<size_t>(start)][e];
+    for (int k = 1; k < kWorld; ++k) acc = in[static_cast<size_t>((start - k + kWorld) % kWorld)][e] + acc;
+    want[e] = acc;
+  }
+  std::vector<std::string> what(kWorld), invalid(kWorld);
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        Context ctx(comm, Opt(GetParam()));
+        std::vector<float> c = in[r];
+        std::vector<BatchTensor> batch = {BatchTensor::Dense(b.names[1], c, 37, 1)};
+        batch[0].sum_order = order;
+        if (GetParam() != "auto" && GetParam() != "zen") {
+          try {
+            ctx.Sync("bucket", batch);
+            ADD_FAILURE() << GetParam() << " accepted a sum order";
+          } catch (const InvalidArgument& e) {
+            EXPECT_NE(std::string(e.what()).find("sum order needs"), std::string::npos) << e.what();
+          }
+          batch[0].scheme = "zen";
+        }
+        ctx.Sync("bucket", batch);
+        {
+          std::lock_guard lock(mu_);
+          for (size_t e = 0; e < c.size(); ++e) {
+            EXPECT_EQ(std::bit_cast<uint32_t>(c[e]), std::bit_cast<uint32_t>(want[e]))
+                << "rank " << r << " element " << e;
+          }
+        }
+        std::vector<float> d = in[r];
+        std::vector<BatchTensor> odd = {BatchTensor::Dense(b.names[1], d, 37, 1)};
+        odd[0].scheme = batch[0].scheme;
+        odd[0].sum_order = order;
+        if (comm.rank() == 1) odd[0].sum_order[1].second = 2;
+        try {
+          ctx.Sync("bucket", odd);
+        } catch (const MismatchError& e) {
+          std::lock_guard lock(mu_);
+          what[r] = e.what();
+        }
+        std::vector<float> f = in[r];
+        std::vector<BatchTensor> bad = {BatchTensor::Dense(b.names[1], f, 37, 1)};
+        bad[0].scheme = batch[0].scheme;
+        bad[0].sum_order = order;
+        if (comm.rank() == 2) bad[0].sum_order[2].second = kWorld;  // no such rank
+        try {
+          ctx.Sync("bucket", bad);
+        } catch (const InvalidArgument& e) {
+          std::lock_guard lock(mu_);
+          invalid[r] = e.what();
+        }
+      },
+      kTimeout);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_NE(what[static_cast<size_t>(r)].find("sum order"), std::string::npos)
+        << "rank " << r << ": " << what[static_cast<size_t>(r)];
+    // Rank 2 names its step; the others name rank 2.
+    EXPECT_NE(invalid[static_cast<size_t>(r)].find(r == 2 ? "sum order step 2" : "rank 2 rejected"),
+              std::string::npos)
+        << "rank " << r << ": " << invalid[static_cast<size_t>(r)];
+  }
+}
+
 // A rank that cannot take part (e.g. a dtype its binding refused) fails the
 // batch on every rank with InvalidArgument; the next batch works.
 TEST_P(ContextTest, RejectedInputFailsEveryRank) {

@@ -140,7 +140,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
          std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
   }
   // The sum is written straight into the pull message.
-  const int64_t served = width == 1 && domains.size(r) <= (int64_t{1} << 32)
+  const int64_t served = !sum_order_.empty() ? AggregateInSumOrder(domains, r, width)
+                         : width == 1 && domains.size(r) <= (int64_t{1} << 32)
                              ? AggregateElements(domains.size(r))
                              : AggregateRows(domains.size(r), width);
   WriteRowsIndex(domains.size(r), width, ws.served_positions, ws.pull_layout, ws.pull_send);
@@ -192,6 +193,55 @@ int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width) {
   MergeSumRowsInto(ws.parts, width, ws.served_positions,
                    reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset),
                    ws.merge);
+  return served;
+}
+
+int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, int64_t width) {
+  Workspace& ws = ws_;
+  const int n = domains.servers();
+  const size_t w = static_cast<size_t>(width);
+  const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
+  ws.pull_layout = LayoutRows(domains.size(server), served, width, config_.pull_encoding);
+  ws.pull_send.resize(ws.pull_layout.bytes);
+  float* out = reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset);
+  ws.served_positions.clear();
+  contrib_.assign(static_cast<size_t>(n), nullptr);
+  const RowOwner& owner = domains.owner();
+  const int64_t start = domains.start(server);
+  // Sums the row of `key` (its contributions in contrib_) into out.
+  auto flush = [&](int64_t key) {
+    const int64_t id = owner.IdOfKey(start + key);
+    float* dst = out + ws.served_positions.size() * w;
+    ws.served_positions.push_back(key);
+    int64_t e = id * width;  // < rows x width: checked when the call was validated
+    auto step = std::upper_bound(sum_order_.begin(), sum_order_.end(), e,
+                                 [](int64_t v, const std::pair<int64_t, int>& s) {
+                                   return v < s.first;
+                                 });
+    for (size_t k = 0; k < w; ++k, ++e) {
+      while (step != sum_order_.end() && step->first <= e) ++step;
+      const int first = step == sum_order_.begin() ? n - 1 : (step - 1)->second;
+      float acc = 0;
+      bool any = false;
+      for (int j = 0, q = first; j < n; ++j, q = q == 0 ? n - 1 : q - 1) {
+        const float* row = contrib_[static_cast<size_t>(q)];
+        if (row == nullptr) continue;
+        acc = any ? row[k] + acc : row[k];
+        any = true;
+      }
+      dst[k] = acc;
+    }
+    std::fill(contrib_.begin(), contrib_.end(), nullptr);
+  };
+  bool pending = false;
+  int64_t current = 0;
+  ForEachMerged(ws.parts, ws.merge, [&](int64_t key, size_t part, size_t i) {
+    if (pending && key != current) flush(current);
+    current = key;
+    pending = true;
+    contrib_[part] = ws.parts[part].values.data() + i * w;
+  });
+  if (pending) flush(current);
   return served;
 }
 
@@ -256,6 +306,7 @@ void ZenScheme::ForEachResultRow(const HashDomains& domains, Fn&& fn) const {
 }
 
 SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
+  sum_order_.clear();  // dense calls only
   stats_ = ZenStats{};
   stats_.world = comm.size();
   stats_.rows = local.rows();
@@ -347,6 +398,10 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
 
 void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
                             int64_t width, std::string_view tensor) {
+  struct ClearOrder {
+    std::vector<std::pair<int64_t, int>>& order;
+    ~ClearOrder() { order.clear(); }
+  } clear_order{sum_order_};
   stats_ = ZenStats{};
   stats_.world = comm.size();
   stats_.rows = rows;

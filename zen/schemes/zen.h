@@ -98,6 +98,18 @@ class ZenScheme final : public Scheme {
   const ZenStats& last_stats() const { return stats_; }
   const ZenConfig& config() const { return config_; }
 
+  // The order in which the next dense call adds the ranks' values, per
+  // element of the [rows x width] buffer: `order` lists (first element,
+  // start rank) steps, ascending by first element, the first at 0; from
+  // its first element on, an element is summed starting at `start` and
+  // going down the ranks cyclically (start, start - 1, ..., start + 1),
+  // each rank's value added to the sum so far. This is Gloo's ring
+  // allreduce order (the element of chunk c starts at rank c - 1), so a
+  // caller that knows where its buffer lies in a ring-reduced bucket gets
+  // the ring's float32 sums bit for bit (zen.torch does, for plain DDP's).
+  // Empty (the default): ranks in ascending order. Cleared by the call.
+  void set_sum_order(std::vector<std::pair<int64_t, int>> order) { sum_order_ = std::move(order); }
+
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override;
   void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
@@ -129,6 +141,7 @@ class ZenScheme final : public Scheme {
   // ws_.served_positions; sets ws_.pull_layout; returns the row count.
   int64_t AggregateRows(int64_t domain_size, int64_t width);
   int64_t AggregateElements(int64_t domain_size);  // width 1, domain <= 2^32
+  int64_t AggregateInSumOrder(const HashDomains& domains, int server, int64_t width);
   // fn(id, row) for every row of the global sum (disjoint across servers).
   template <typename Fn>
   void ForEachResultRow(const HashDomains& domains, Fn&& fn) const;
@@ -141,6 +154,8 @@ class ZenScheme final : public Scheme {
   std::map<std::pair<int, uint64_t>, uint64_t> seeds_;  // (world, local seed) -> agreed
   Workspace ws_;
   ZenStats stats_;
+  std::vector<std::pair<int64_t, int>> sum_order_;
+  std::vector<const float*> contrib_;  // per rank, the row of the key being summed
 };
 
 // The stats of the last call if s is a ZenScheme, else nullptr.

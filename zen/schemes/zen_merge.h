@@ -13,6 +13,7 @@
 //   zen::MergeSumRows(parts, width, keys, values, scratch);
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -29,6 +30,33 @@ struct MergeScratch {
   std::vector<std::pair<int64_t, size_t>> heads;
   std::vector<size_t> next;
 };
+
+// Calls fn(key, part, row) for every row of every part in ascending key
+// order (ties in part order).
+template <typename Fn>
+void ForEachMerged(std::span<const RowsView> parts, MergeScratch& scratch, Fn&& fn) {
+  auto& heads = scratch.heads;
+  auto& next = scratch.next;
+  heads.clear();
+  next.assign(parts.size(), 0);
+  const auto later = [](const std::pair<int64_t, size_t>& a, const std::pair<int64_t, size_t>& b) {
+    return a > b;
+  };
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (!parts[p].ids.empty()) heads.emplace_back(parts[p].ids[0], p);
+  }
+  std::make_heap(heads.begin(), heads.end(), later);
+  while (!heads.empty()) {
+    std::pop_heap(heads.begin(), heads.end(), later);
+    const auto [id, p] = heads.back();
+    heads.pop_back();
+    fn(id, p, next[p]++);
+    if (next[p] < parts[p].ids.size()) {
+      heads.emplace_back(parts[p].ids[next[p]], p);
+      std::push_heap(heads.begin(), heads.end(), later);
+    }
+  }
+}
 
 // The number of distinct keys over all parts (a keys-only merge).
 size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch);

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "zen/testing/ranks.h"
+#include "zen/core/half.h"
 #include "zen/core/reduce.h"
 #include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
@@ -370,7 +371,7 @@ TEST(Zen, HalfWidthValuesOnTheWire) {
         if (v == WireValues::kBfloat16) {
           ASSERT_EQ(std::bit_cast<uint32_t>(x) & 0xffffu, 0u) << x << " is not a bfloat16";
         } else {
-          ASSERT_EQ(static_cast<float>(static_cast<_Float16>(x)), x) << x << " is not a float16";
+          ASSERT_EQ(HalfBitsToFloat(FloatToHalfBits(x)), x) << x << " is not a float16";
         }
       }
       for (int r = 0; r < n; ++r) {
@@ -408,6 +409,69 @@ TEST(Zen, WidenRejectsAMessageOfTheWrongSize) {
   EXPECT_THROW(
       WidenRowsValues(not_narrowed, 100, 2, WireValues::kBfloat16, 3, Where{0, "t"}),
       FormatError);
+}
+
+// set_sum_order: each element is the float32 sum in the given order
+// (start rank, then down the ranks cyclically), bit for bit; the order is
+// per call (the next call sums in rank order again).
+TEST(Zen, DenseSumsFollowTheGivenOrder) {
+  const int n = 5;
+  const int64_t rows = 300, width = 7;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-1, 1);
+  std::vector<std::vector<float>> inputs(n, std::vector<float>(rows * width, 0.f));
+  for (auto& in : inputs) {
+    for (int64_t row = 0; row < rows; ++row) {
+      if (rng() % 3 == 0) continue;  // some rows zero on some ranks
+      for (int64_t k = 0; k < width; ++k) in[static_cast<size_t>(row * width + k)] = value(rng);
+    }
+  }
+  // Steps that change inside rows, as ring chunks do.
+  const std::vector<std::pair<int64_t, int>> order = {{0, 4}, {333, 0}, {700, 2}, {1201, 3}};
+  auto expected = [&](bool ordered) {
+    std::vector<float> out(static_cast<size_t>(rows * width));
+    for (int64_t e = 0; e < rows * width; ++e) {
+      int start = n - 1;
+      if (ordered) {
+        for (const auto& [first, s] : order) {
+          if (first <= e) start = s;
+        }
+      }
+      float acc = 0;
+      bool any = false;
+      for (int j = 0; j < n; ++j) {
+        const int q = ordered ? (start - j + n) % n : j;
+        const float x = inputs[static_cast<size_t>(q)][static_cast<size_t>(e)];
+        const bool row_present = std::any_of(
+            inputs[static_cast<size_t>(q)].begin() + (e / width) * width,
+            inputs[static_cast<size_t>(q)].begin() + (e / width + 1) * width,
+            [](float v) { return v != 0; });
+        if (!row_present) continue;
+        acc = any ? x + acc : x;
+        any = true;
+      }
+      out[static_cast<size_t>(e)] = acc;
+    }
+    return out;
+  };
+  const std::vector<float> want_ordered = expected(true), want_plain = expected(false);
+  ASSERT_NE(want_ordered, want_plain) << "the orders should differ somewhere";
+  testing::RunRanks(Backend::kInProc, n, [&](Communicator& comm) {
+    ZenScheme scheme;
+    std::vector<float> buf = inputs[static_cast<size_t>(comm.rank())];
+    scheme.set_sum_order(order);
+    scheme.SyncDense(comm, buf, rows, width, "ordered");
+    for (size_t i = 0; i < buf.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_ordered[i]))
+          << "element " << i << " rank " << comm.rank();
+    }
+    buf = inputs[static_cast<size_t>(comm.rank())];
+    scheme.SyncDense(comm, buf, rows, width, "plain");  // the order was cleared
+    for (size_t i = 0; i < buf.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_plain[i]))
+          << "element " << i << " rank " << comm.rank();
+    }
+  });
 }
 
 TEST(Zen, RankZeroSeedIsAgreedWhateverTheLocalSeeds) {
