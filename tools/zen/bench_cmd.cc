@@ -294,8 +294,9 @@ int RunBench(Args args, const Environment& env) {
 
   std::unique_ptr<Testbed> bed;  // torn down on every way out
   if (link) bed = std::make_unique<Testbed>(*link);
-  const LaunchPlan plan = bed ? bed->Plan() : LaunchPlan{};
-  TempDir scratch;
+  LaunchPlan plan = bed ? bed->Plan() : LaunchPlan{};
+  plan.tmp_base = env.Get("TMPDIR").value_or("/tmp");
+  TempDir scratch(plan.tmp_base);
   std::vector<std::string> worker_args(args.begin(), args.end());
   worker_args.insert(worker_args.end(), {"--world", std::to_string(world), "--report-file",
                                          scratch.path() + "/report.json"});
@@ -318,6 +319,8 @@ int RunBench(Args args, const Environment& env) {
     run.trace_path = scratch.path() + "/workload.safetensors";
     run.tensor = "workload";
     run.iface = bed ? kTestbedInterface : "";
+    run.python = env.Get("ZEN_PYTHON").value_or("/usr/bin/python3");
+    run.runner = env.Get("ZEN_TORCH_PEER").value_or("");
     run.plan = plan;
     Trace trace;
     trace.world_size = world;

@@ -160,9 +160,8 @@ void LauncherSignals::ThrowIfInterrupted() {
   if (g_signal != 0) throw Interrupted(g_signal);
 }
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string templ = std::string(base && *base ? base : "/tmp") + "/zen-bench-XXXXXX";
+TempDir::TempDir(const std::string& base) {
+  std::string templ = (base.empty() ? std::string("/tmp") : base) + "/zen-bench-XXXXXX";
   if (!mkdtemp(templ.data())) {
     throw InvalidArgument("cannot create a temporary directory under " + templ + ": " +
                           std::strerror(errno));
@@ -254,7 +253,7 @@ int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_ran
 }
 
 int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& plan) {
-  TempDir dir;
+  TempDir dir(plan.tmp_base);
   const std::string self = SelfExe();
   std::vector<std::vector<std::string>> argvs;
   for (int r = 0; r < world; ++r) {

@@ -68,7 +68,8 @@ class LauncherSignals {
 // killed.
 class TempDir {
  public:
-  TempDir();
+  // A fresh directory under `base` (main passes $TMPDIR, else /tmp).
+  explicit TempDir(const std::string& base = "/tmp");
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -83,6 +84,7 @@ class TempDir {
 struct LaunchPlan {
   std::vector<std::vector<std::string>> prefix;  // per rank, may be empty
   std::vector<std::string> hostname;             // per rank, empty: 127.0.0.1
+  std::string tmp_base = "/tmp";                 // where the run's TempDir goes
 };
 
 int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& plan = {});

@@ -86,10 +86,10 @@ std::string CommandOutput(const std::vector<std::string>& argv) {
   return out;
 }
 
+// iproute2 lives in the system directories (no $PATH: the CLI reads its
+// environment in main only).
 bool OnPath(const std::string& tool) {
-  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
-  path += ":/usr/sbin:/sbin:/usr/bin:/bin";
-  std::stringstream dirs(path);
+  std::stringstream dirs("/usr/sbin:/sbin:/usr/bin:/bin:/usr/local/sbin:/usr/local/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
     if (!dir.empty() && access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
@@ -427,24 +427,19 @@ std::vector<std::string> ParsePeers(const std::string& list) {
 
 namespace {
 
-// $ZEN_TORCH_PEER, else tools/peers/torch_peer.py of the source tree (the
+// The runner given, else tools/peers/torch_peer.py of the source tree (the
 // tree the default trace path was compiled from).
-std::string PeerRunnerPath() {
-  if (const char* env = std::getenv("ZEN_TORCH_PEER"); env && *env) return env;
+std::string PeerRunnerPath(const std::string& given) {
+  if (!given.empty()) return given;
   const std::filesystem::path trace(ZEN_DEFAULT_TRACE);
   const auto root = trace.parent_path().parent_path().parent_path();
   return (root / "tools" / "peers" / "torch_peer.py").string();
 }
 
-std::string Python() {
-  const char* env = std::getenv("ZEN_PYTHON");
-  return env && *env ? env : "/usr/bin/python3";
-}
-
 }  // namespace
 
 std::vector<json> RunPeers(const PeerRun& run) {
-  const std::string runner = PeerRunnerPath();
+  const std::string runner = PeerRunnerPath(run.runner);
   if (!std::filesystem::exists(runner)) {
     throw InvalidArgument("peer runner " + runner + " not found (set ZEN_TORCH_PEER)");
   }
@@ -456,7 +451,7 @@ std::vector<json> RunPeers(const PeerRun& run) {
     if (r < static_cast<int>(run.plan.prefix.size()))
       argv = run.plan.prefix[static_cast<size_t>(r)];
     argv.insert(argv.end(), {"env", "GLOO_SOCKET_IFNAME=" + (run.iface.empty() ? "lo" : run.iface),
-                             "OMP_NUM_THREADS=1", Python(), runner});
+                             "OMP_NUM_THREADS=1", run.python, runner});
     argv.insert(argv.end(), {"--rank",      std::to_string(r),
                              "--world",     std::to_string(run.world),
                              "--init",      "file://" + run.dir + "/peer-store",

@@ -131,6 +131,8 @@ struct PeerRun {
   std::string dir;                 // scratch: store and per-rank results
   std::string iface;               // testbed interface (wire counters), or "" (loopback)
   LaunchPlan plan;                 // the zen workers' hosts
+  std::string python = "/usr/bin/python3";  // $ZEN_PYTHON (main's environment)
+  std::string runner;  // $ZEN_TORCH_PEER; empty: tools/peers/torch_peer.py of the source tree
 };
 
 // Runs the peers and returns their report rows (CombineRanks format).
