@@ -351,7 +351,14 @@ def _sparse_item(tensor, name, options, divisor=None):
             indices = tensor._indices()
             values = tensor._values().detach().to(torch.float32).reshape(indices.shape[1], width)
             if divisor is not None:
+                # As DDP + Gloo: divide (duplicates still apart), then let
+                # torch coalesce, whose sum of duplicate ids follows its own
+                # sort, not the input order; zen then sees no duplicates, so
+                # the sum is bit for bit Gloo's sparse allreduce.
                 values = values / divisor
+                merged = torch.sparse_coo_tensor(indices, values, shape[:sparse_dim] + (width,),
+                                                 **_UNCHECKED).coalesce()
+                indices, values = merged._indices(), merged._values()
             if sparse_dim == 1:
                 ids = indices[0]
             else:  # row-major linear index over the sparse dimensions
