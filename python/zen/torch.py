@@ -543,9 +543,10 @@ def _bucket_items(state, bucket, work, fuse=True):
         offset += n
     ring = _ddp_order(state, buffer)
 
-    def options(pieces):
-        return ({"sum_order": _ring_sum_order(pieces, flat.numel(), state.world_size)}
-                if ring else None)
+    def options(pieces):  # the item's options: its sum order, the state's wire values
+        return _item_options(state, {"sum_order": _ring_sum_order(pieces, flat.numel(),
+                                                                  state.world_size)}
+                             if ring else None)
 
     items = [_with(("dense", name, array[o:o + rows * width], rows, width),
                    options([(o, rows * width)]))
@@ -724,10 +725,6 @@ def comm_hook(state, bucket):
         work.mul_(scale)
         if copy_back is not None:  # the vectors item is a copy of the 0-/1-D parameters
             torch.from_numpy(items[-1][2]).mul_(scale)
-        options = _item_options(state)
-        if options:
-            items = [item[:5] + ({**(item[5] if len(item) > 5 else {}), **options},)
-                     for item in items]
         if layout:
             items = items + extra
     decide = index not in state.bucket_modes
