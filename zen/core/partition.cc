@@ -108,6 +108,8 @@ RowOwner RowOwner::Permuted(uint64_t seed, int64_t rows, int servers) {
   o.perm_ = RowPermutation(seed, rows);
   int64_t product = 0;
   o.narrow_ = !__builtin_mul_overflow(rows, int64_t{servers}, &product);
+  o.by_rows_ = Divider(static_cast<uint64_t>(rows));
+  o.by_servers_ = Divider(static_cast<uint64_t>(servers));
   return o;
 }
 
@@ -122,6 +124,8 @@ RowOwner RowOwner::Range(int64_t rows, int servers) {
   o.rows_ = rows;
   int64_t product = 0;
   o.narrow_ = !__builtin_mul_overflow(rows, int64_t{servers}, &product);
+  o.by_rows_ = Divider(static_cast<uint64_t>(rows));
+  o.by_servers_ = Divider(static_cast<uint64_t>(servers));
   return o;
 }
 

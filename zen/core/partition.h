@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "zen/core/divider.h"
 #include "zen/core/hash.h"
 #include "zen/core/row_permutation.h"
 
@@ -79,10 +80,10 @@ class RowOwner {
   // Range and Permuted: the first key of server s's range, ceil(s rows / n);
   // Start(servers) == rows.
   int64_t Start(int s) const {
-    if (narrow_) {  // s x rows fits in 63 bits: a 64-bit division
-      return static_cast<int64_t>((static_cast<uint64_t>(s) * static_cast<uint64_t>(rows_) +
-                                   static_cast<uint64_t>(servers_) - 1) /
-                                  static_cast<uint64_t>(servers_));
+    if (narrow_) {  // s x rows fits in 63 bits: a 64-bit division (by a multiply)
+      return static_cast<int64_t>(by_servers_.Div(static_cast<uint64_t>(s) *
+                                                      static_cast<uint64_t>(rows_) +
+                                                  static_cast<uint64_t>(servers_) - 1));
     }
     const auto n = static_cast<unsigned __int128>(servers_);
     return static_cast<int64_t>((static_cast<unsigned __int128>(s) * static_cast<uint64_t>(rows_) + n - 1) / n);
@@ -93,6 +94,11 @@ class RowOwner {
   int64_t IdAt(int s, int64_t position) const { return IdOfKey(Start(s) + position); }
   // Range and Permuted: the id whose key (pi(id), or id) is `key` in [0, rows).
   int64_t IdOfKey(int64_t key) const { return kind_ == Kind::kPermuted ? perm_.Inverse(key) : key; }
+  // IdOfKey of the key held in bits [shift, 64) of every word, in place (the
+  // bits below ride along); the batched form of IdOfKey for hot loops.
+  void IdsOfKeysInPlace(std::span<uint64_t> words, int shift) const {
+    if (kind_ == Kind::kPermuted) perm_.InverseInPlace(words, shift);
+  }
   // True where domains have arithmetic positions (Range, Permuted).
   bool has_domains() const { return kind_ != Kind::kHash; }
 
@@ -107,8 +113,8 @@ class RowOwner {
   int64_t Key(int64_t id) const { return kind_ == Kind::kPermuted ? perm_(id) : id; }
   int ServerOfKey(int64_t key) const {
     if (narrow_) {
-      return static_cast<int>(static_cast<uint64_t>(key) * static_cast<uint64_t>(servers_) /
-                              static_cast<uint64_t>(rows_));
+      return static_cast<int>(
+          by_rows_.Div(static_cast<uint64_t>(key) * static_cast<uint64_t>(servers_)));
     }
     return static_cast<int>((static_cast<unsigned __int128>(key) * static_cast<uint64_t>(servers_)) /
                             static_cast<uint64_t>(rows_));
@@ -118,6 +124,8 @@ class RowOwner {
   int servers_ = 1;
   int64_t rows_ = 0;
   bool narrow_ = false;  // rows x servers < 2^63: 64-bit arithmetic suffices
+  Divider by_rows_;      // Range and Permuted: x / rows without a divide
+  Divider by_servers_;   // x / servers
   ServerHash hash_;
   RowPermutation perm_;
 };

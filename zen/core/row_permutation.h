@@ -33,6 +33,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace zen {
 
@@ -64,6 +65,15 @@ class RowPermutation {
     } while (x >= static_cast<uint64_t>(rows_));
     return static_cast<int64_t>(x);
   }
+
+  // pi^-1 of the key held in bits [shift, 64) of every word, in place; the
+  // bits below `shift` ride along. shift in [0, 64), every key in [0, rows)
+  // and below 2^(64 - shift) (unchecked). The same values as Inverse. Rows
+  // are inverted eight at a time so that their chains of dependent
+  // multiplies overlap, with AVX2 where the CPU has it (chosen at run time):
+  // 0.93 vs 1.5 ms for 212k keys of 4.1M rows on the development machine.
+  // The element-sparse decode's hottest loop (one inverse per result row).
+  void InverseInPlace(std::span<uint64_t> words, int shift) const;
 
   int64_t rows() const { return rows_; }
   uint64_t seed() const { return seed_; }
