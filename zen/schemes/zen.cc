@@ -340,7 +340,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     // Element-sparse: one 8-byte word per row, the id above the value's
     // bits; sorting the words orders the values too.
     // Keys first (a branch-light pass over the index), then the inverse
-    // permutation in a tight loop the CPU can overlap across rows.
+    // permutation, batched (RowPermutation::InverseInPlace).
     ws_.words.resize(total);
     uint64_t* out = ws_.words.data();
     for (int j = 0; j < domains.servers(); ++j) {
@@ -353,10 +353,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
         *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
       });
     }
-    for (uint64_t& x : ws_.words) {
-      x = static_cast<uint64_t>(owner.IdOfKey(static_cast<int64_t>(x >> 32))) << 32 |
-          (x & 0xffffffffu);
-    }
+    owner.IdsOfKeysInPlace(ws_.words, 32);
     const int id_bits = std::max(1, static_cast<int>(std::bit_width(
                                         static_cast<uint64_t>(local.rows() - 1))));
     SortWordsByBits(ws_.words, ws_.word_scratch, 32, id_bits);
