@@ -137,46 +137,78 @@ std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer
   return out;
 }
 
-void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                   std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests) {
-  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
-  CheckBound(comm, "AllToAllV", max_recv_bytes);
+namespace {
+
+// Posts a receive from every peer under a fresh tag (both collectives
+// receive one message from each peer, in the same peer order).
+Tag PostFromEveryPeer(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_recv_bytes,
+                      RequestList& requests) {
   const int n = comm.size();
   const int r = comm.rank();
   out.resize(static_cast<size_t>(n));
-  if (n == 1) return;
-  const Tag tag = comm.NextTag();
   requests.clear();
+  if (n == 1) return 0;
+  const Tag tag = comm.NextTag();
   requests.reserve(2 * static_cast<size_t>(n - 1));
   for (int s = 1; s < n; ++s) {
     const int from = AllToAllRecvPeer(r, n, s);
     requests.push_back(comm.RecvUpTo(from, tag, out[static_cast<size_t>(from)], max_recv_bytes));
   }
-  for (int s = 1; s < n; ++s) {
-    const int to = AllToAllSendPeer(r, n, s);
-    requests.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
-  }
+  return tag;
+}
+
+void WaitAndClear(RequestList& requests) {
   WaitAll(requests);
   requests.clear();
 }
 
-void AllGatherVInto(Communicator& comm, std::span<const std::byte> mine,
-                    std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests) {
-  CheckBound(comm, "AllGatherV", max_recv_bytes);
+}  // namespace
+
+Tag PostAllToAllV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_recv_bytes,
+                  RequestList& requests) {
+  CheckBound(comm, "AllToAllV", max_recv_bytes);
+  return PostFromEveryPeer(comm, out, max_recv_bytes, requests);
+}
+
+void FinishAllToAllV(Communicator& comm, Tag tag, std::span<const ByteBuffer> per_peer,
+                     RequestList& requests) {
   const int n = comm.size();
   const int r = comm.rank();
-  out.resize(static_cast<size_t>(n));
   if (n == 1) return;
-  const Tag tag = comm.NextTag();
-  requests.clear();
-  requests.reserve(2 * static_cast<size_t>(n - 1));
+  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
   for (int s = 1; s < n; ++s) {
-    const int from = AllToAllRecvPeer(r, n, s);
-    requests.push_back(comm.RecvUpTo(from, tag, out[static_cast<size_t>(from)], max_recv_bytes));
+    const int to = AllToAllSendPeer(r, n, s);
+    requests.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
   }
+  WaitAndClear(requests);
+}
+
+Tag PostAllGatherV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_recv_bytes,
+                   RequestList& requests) {
+  CheckBound(comm, "AllGatherV", max_recv_bytes);
+  return PostFromEveryPeer(comm, out, max_recv_bytes, requests);
+}
+
+void FinishAllGatherV(Communicator& comm, Tag tag, std::span<const std::byte> mine,
+                      RequestList& requests) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (n == 1) return;
   for (int s = 1; s < n; ++s) requests.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine));
-  WaitAll(requests);
-  requests.clear();
+  WaitAndClear(requests);
+}
+
+void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,
+                   std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests) {
+  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
+  const Tag tag = PostAllToAllV(comm, out, max_recv_bytes, requests);
+  FinishAllToAllV(comm, tag, per_peer, requests);
+}
+
+void AllGatherVInto(Communicator& comm, std::span<const std::byte> mine,
+                    std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests) {
+  const Tag tag = PostAllGatherV(comm, out, max_recv_bytes, requests);
+  FinishAllGatherV(comm, tag, mine, requests);
 }
 
 std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine) {

@@ -66,6 +66,25 @@ void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,
 void AllGatherVInto(Communicator& comm, std::span<const std::byte> mine,
                     std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests);
 
+// The same two collectives in two halves, so that the receives are posted
+// before the local work that produces what is sent: a peer that is ready
+// first then sends at once (over Gloo its transfer finds this rank's
+// receive-ready already there) instead of waiting for this rank to reach the
+// collective. Post* takes the collective's tag (comm.NextTag()), so every
+// rank must post its collectives in the same order; Finish* sends and waits
+// for every request of that collective (`requests` belongs to it until
+// then). Finishing with an empty message tells the peers this rank failed
+// (no scheme sends an empty message otherwise): they get it at once instead
+// of waiting out the timeout.
+Tag PostAllToAllV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_recv_bytes,
+                  RequestList& requests);
+void FinishAllToAllV(Communicator& comm, Tag tag, std::span<const ByteBuffer> per_peer,
+                     RequestList& requests);
+Tag PostAllGatherV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_recv_bytes,
+                   RequestList& requests);
+void FinishAllGatherV(Communicator& comm, Tag tag, std::span<const std::byte> mine,
+                      RequestList& requests);
+
 // Returns once every rank has entered.
 void Barrier(Communicator& comm);
 

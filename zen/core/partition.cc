@@ -215,14 +215,29 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
       scratch_->Reset(ChunkCount(threads_, m, kMinSparseRowsPerChunk), owner.servers());
   ParallelChunks(threads_, m, kMinSparseRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
-    ch.items.reserve(static_cast<size_t>(end - begin));
-    ch.owners.reserve(static_cast<size_t>(end - begin));
-    ch.positions.reserve(static_cast<size_t>(end - begin));
-    for (int64_t i = begin; i < end; ++i) {
-      const RowPlace at = owner.Locate(ids[static_cast<size_t>(i)]);
-      ch.items.push_back(i);
+    const size_t count = static_cast<size_t>(end - begin);
+    ch.items.reserve(count);
+    ch.owners.reserve(count);
+    if (!owner.has_domains()) {
+      ch.positions.reserve(count);
+      for (int64_t i = begin; i < end; ++i) {
+        const RowPlace at = owner.Locate(ids[static_cast<size_t>(i)]);
+        ch.items.push_back(i);
+        ch.owners.push_back(at.server);
+        ch.positions.push_back(at.position);
+        ++ch.counts[static_cast<size_t>(at.server)];
+      }
+      return;
+    }
+    // Keys first, batched (the permutation's multiply chains of several rows
+    // overlap), then each key's server and position.
+    ch.positions.assign(ids.begin() + begin, ids.begin() + end);
+    owner.KeysInPlace(ch.positions);
+    for (size_t k = 0; k < count; ++k) {
+      const RowPlace at = owner.PlaceOfKey(ch.positions[k]);
+      ch.items.push_back(begin + static_cast<int64_t>(k));
       ch.owners.push_back(at.server);
-      ch.positions.push_back(at.position);
+      ch.positions[k] = at.position;
       ++ch.counts[static_cast<size_t>(at.server)];
     }
   });

@@ -137,10 +137,10 @@ TEST(RowPermutation, OwnerBalancesZipfContiguousAndStridedIds) {
 namespace zen {
 namespace {
 
-// The batched inverse (AVX2 or not, whichever this CPU runs) equals Inverse
-// row by row, keeps the bits below the key, and handles counts that are not
+// The batched network (AVX2 or not, whichever this CPU runs) equals
+// operator() and Inverse row by row, keeps the bits below the key, and handles counts that are not
 // a multiple of its lane count.
-TEST(RowPermutation, InverseInPlaceEqualsInverseAndKeepsTheLowBits) {
+TEST(RowPermutation, BatchedForwardAndInverseEqualTheScalarOnesAndKeepTheLowBits) {
   std::mt19937_64 rng(7);
   for (const int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}, int64_t{4096},
                              int64_t{4100000}, (int64_t{1} << 32) - 5, int64_t{1} << 32}) {
@@ -150,12 +150,15 @@ TEST(RowPermutation, InverseInPlaceEqualsInverseAndKeepsTheLowBits) {
       for (uint64_t& w : words) {
         w = (rng() % static_cast<uint64_t>(rows)) << 32 | (rng() & 0xffffffffu);
       }
-      std::vector<uint64_t> got = words;
+      std::vector<uint64_t> got = words, fwd = words;
       pi.InverseInPlace(got, 32);
+      pi.ForwardInPlace(fwd, 32);
       for (size_t i = 0; i < count; ++i) {
         const auto key = static_cast<int64_t>(words[i] >> 32);
         ASSERT_EQ(static_cast<int64_t>(got[i] >> 32), pi.Inverse(key)) << "rows " << rows;
+        ASSERT_EQ(static_cast<int64_t>(fwd[i] >> 32), pi(key)) << "rows " << rows;
         ASSERT_EQ(got[i] & 0xffffffffu, words[i] & 0xffffffffu);
+        ASSERT_EQ(fwd[i] & 0xffffffffu, words[i] & 0xffffffffu);
       }
     }
   }
@@ -165,9 +168,12 @@ TEST(RowPermutation, InverseInPlaceEqualsInverseAndKeepsTheLowBits) {
   for (uint64_t& k : keys) k = rng() % static_cast<uint64_t>(kMaxPermutedRows);
   std::vector<uint64_t> got = keys;
   big.InverseInPlace(got, 0);
+  std::vector<uint64_t> back = got;
+  big.ForwardInPlace(back, 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_EQ(static_cast<int64_t>(got[i]), big.Inverse(static_cast<int64_t>(keys[i])));
     ASSERT_EQ(big(static_cast<int64_t>(got[i])), static_cast<int64_t>(keys[i]));
+    ASSERT_EQ(back[i], keys[i]);
   }
 }
 

@@ -39,6 +39,15 @@ int64_t CooBound(int64_t count, int64_t width) {
   return static_cast<int64_t>(total);
 }
 
+// A message with no bytes is how a peer says it failed in this call (every
+// real push or pull message has at least its header).
+void CheckNotFailed(const ByteBuffer& message, const char* round, int peer, const Where& where) {
+  if (message.empty()) {
+    throw FormatError(where, "zen: rank ", peer, " failed during this call (its ", round,
+                      " message is empty); its own error names the cause");
+  }
+}
+
 }  // namespace
 
 ZenScheme::ZenScheme(const SchemeOptions& options, ZenConfig config)
@@ -102,84 +111,123 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   Workspace& ws = ws_;
   const Partitions& mine = ws.mine;
 
-  // Push: COO of domain positions, one message per other server, encoded
-  // straight into the persistent send buffers.
+  // Both rounds' receives are posted first: a peer that finishes its part
+  // of a round early sends at once (over Gloo its transfer finds this
+  // rank's receive-ready already there), so a server's pull travels while
+  // slower servers still aggregate, and no receive-ready handshake waits
+  // behind bulk data on the critical path.
   auto t0 = Clock::now();
   const Snapshot before_push = Take(comm);
-  ws.push_send.resize(un);
-  for (int j = 0; j < n; ++j) {
-    if (j == r) continue;
-    EncodeRows(domains.size(j), width, mine.positions_of(j), mine.values_of(j),
-               EncodingChoice::kCoo, ws.push_send[static_cast<size_t>(j)]);
-    NarrowRowsValues(ws.push_send[static_cast<size_t>(j)], 0, options_.wire_values);
-    stats_.pushed_rows += mine.count(j);
-  }
-  // A peer may announce at most a COO message of every row of this domain.
-  AllToAllVInto(comm, ws.push_send, ws.push_recv, CooBound(domains.size(r), width), ws.requests);
-  const Snapshot after_push = Take(comm);
-  stats_.push_seconds = Since(t0);
-
-  // Aggregate this server's partition straight out of the receive buffers.
-  t0 = Clock::now();
-  ws.parts.clear();
-  for (int i = 0; i < n; ++i) {
-    if (i == r) {
-      ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
-      continue;
+  const Tag push_tag =
+      PostAllToAllV(comm, ws.push_recv, CooBound(domains.size(r), width), ws.push_requests);
+  const Tag pull_tag = PostAllGatherV(comm, ws.pull_recv, CooBound(domains.max_size(), width),
+                                      ws.pull_requests);
+  bool push_sent = false, pull_sent = false;
+  Snapshot after_push, after_pull;
+  try {
+    // Push: COO of domain positions, one message per other server, encoded
+    // straight into the persistent send buffers.
+    ws.push_send.resize(un);
+    for (int j = 0; j < n; ++j) {
+      if (j == r) continue;
+      EncodeRows(domains.size(j), width, mine.positions_of(j), mine.values_of(j),
+                 EncodingChoice::kCoo, ws.push_send[static_cast<size_t>(j)]);
+      NarrowRowsValues(ws.push_send[static_cast<size_t>(j)], 0, options_.wire_values);
+      stats_.pushed_rows += mine.count(j);
     }
-    WidenRowsValues(ws.push_recv[static_cast<size_t>(i)], domains.size(r), width,
-                    options_.wire_values, i, where);
-    const RowsMessage m =
-        ParseRows(ws.push_recv[static_cast<size_t>(i)], domains.size(r), r, width, where);
-    if (m.encoding != RowEncoding::kCoo) {
-      throw FormatError(where, "zen: push message from rank ", i, " is not COO");
-    }
-    // COO positions are int64 at an 8-byte aligned offset of the buffer.
-    ws.parts.push_back(
-        {std::span(reinterpret_cast<const int64_t*>(m.index), static_cast<size_t>(m.count)),
-         std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
-  }
-  // The sum is written straight into the pull message.
-  const int64_t served = !sum_order_.empty() ? AggregateInSumOrder(domains, r, width)
-                         : width == 1 && domains.size(r) <= (int64_t{1} << 32)
-                             ? AggregateElements(domains.size(r))
-                             : AggregateRows(domains.size(r), width);
-  WriteRowsIndex(domains.size(r), width, ws.served_positions, ws.pull_layout, ws.pull_send);
-  stats_.served_rows = served;
-  stats_.aggregate_seconds = Since(t0);
+    push_sent = true;  // FinishAllToAllV posts every send before it waits
+    FinishAllToAllV(comm, push_tag, ws.push_send, ws.push_requests);
+    after_push = Take(comm);
+    stats_.push_seconds = Since(t0);
 
-  // Pull: this server's sum to everyone, hash bitmap or COO.
-  t0 = Clock::now();
-  stats_.pull_encoding = ws.pull_layout.encoding;
-  NarrowRowsValues(ws.pull_send, 0, options_.wire_values);
-  AllGatherVInto(comm, ws.pull_send, ws.pull_recv, CooBound(domains.max_size(), width),
-                 ws.requests);
-  // Every rank, this server included, uses the rounded sums it sent.
-  WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
-  const Snapshot after_pull = Take(comm);
-  stats_.pull_seconds = Since(t0);
-
-  t0 = Clock::now();
-  ws.pulled.resize(un);
-  for (int j = 0; j < n; ++j) {
-    if (j == r) {  // this server's own message, viewed in place (no copy)
-      ws.pulled[static_cast<size_t>(j)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
-      continue;
+    // Aggregate this server's partition straight out of the receive buffers.
+    t0 = Clock::now();
+    ws.parts.clear();
+    for (int i = 0; i < n; ++i) {
+      if (i == r) {
+        ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
+        continue;
+      }
+      CheckNotFailed(ws.push_recv[static_cast<size_t>(i)], "push", i, where);
+      WidenRowsValues(ws.push_recv[static_cast<size_t>(i)], domains.size(r), width,
+                      options_.wire_values, i, where);
+      const RowsMessage m =
+          ParseRows(ws.push_recv[static_cast<size_t>(i)], domains.size(r), r, width, where);
+      if (m.encoding != RowEncoding::kCoo) {
+        throw FormatError(where, "zen: push message from rank ", i, " is not COO");
+      }
+      // COO positions are int64 at an 8-byte aligned offset of the buffer.
+      ws.parts.push_back(
+          {std::span(reinterpret_cast<const int64_t*>(m.index), static_cast<size_t>(m.count)),
+           std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
     }
-    WidenRowsValues(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), width,
-                    options_.wire_values, j, where);
-    const RowsMessage m =
-        ParseRows(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), j, width, where);
-    ws.pulled[static_cast<size_t>(j)] = m;
-    (m.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
-                                            : stats_.pull_coo_messages)++;
+    // The sum is written straight into the pull message.
+    const int64_t served = !sum_order_.empty() ? AggregateInSumOrder(domains, r, width)
+                           : width == 1 && domains.size(r) <= (int64_t{1} << 32)
+                               ? AggregateElements(domains.size(r))
+                               : AggregateRows(domains.size(r), width);
+    WriteRowsIndex(domains.size(r), width, ws.served_positions, ws.pull_layout, ws.pull_send);
+    stats_.served_rows = served;
+    stats_.aggregate_seconds = Since(t0);
+
+    // Pull: this server's sum to everyone, hash bitmap or COO.
+    t0 = Clock::now();
+    stats_.pull_encoding = ws.pull_layout.encoding;
+    NarrowRowsValues(ws.pull_send, 0, options_.wire_values);
+    pull_sent = true;
+    FinishAllGatherV(comm, pull_tag, ws.pull_send, ws.pull_requests);
+    // Every rank, this server included, uses the rounded sums it sent.
+    WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
+    after_pull = Take(comm);
+    stats_.pull_seconds = Since(t0);
+
+    t0 = Clock::now();
+    ws.pulled.resize(un);
+    for (int j = 0; j < n; ++j) {
+      if (j == r) {  // this server's own message, viewed in place (no copy)
+        ws.pulled[static_cast<size_t>(j)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
+        continue;
+      }
+      CheckNotFailed(ws.pull_recv[static_cast<size_t>(j)], "pull", j, where);
+      WidenRowsValues(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), width,
+                      options_.wire_values, j, where);
+      const RowsMessage m =
+          ParseRows(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), j, width, where);
+      ws.pulled[static_cast<size_t>(j)] = m;
+      (m.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
+                                              : stats_.pull_coo_messages)++;
+    }
+    stats_.decode_seconds = Since(t0);
+  } catch (const TransportError&) {
+    throw;  // the transport failed: there is nothing more to tell the peers through it
+  } catch (...) {
+    // This rank failed inside the exchange (a peer's malformed or empty
+    // message, a limit): an empty message in each round not yet sent tells
+    // every peer now, so that every rank raises instead of waiting out the
+    // timeout; then the original error.
+    TellPeersThisRankFailed(comm, push_sent ? nullptr : &push_tag, pull_sent ? nullptr : &pull_tag);
+    throw;
   }
-  stats_.decode_seconds = Since(t0);
 
   stats_.push_bytes_sent = after_push.sent - before_push.sent;
   stats_.push_bytes_recv = after_push.recv - before_push.recv;
   stats_.pull_bytes_sent = after_pull.sent - after_push.sent;
   stats_.pull_bytes_recv = after_pull.recv - after_push.recv;
+}
+
+void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
+                                        const Tag* pull_tag) noexcept {
+  try {
+    if (push_tag != nullptr) {
+      const std::vector<ByteBuffer> empty(static_cast<size_t>(comm.size()));
+      FinishAllToAllV(comm, *push_tag, empty, ws_.push_requests);
+    }
+  } catch (...) {  // the original error is what the caller raises
+  }
+  try {
+    if (pull_tag != nullptr) FinishAllGatherV(comm, *pull_tag, {}, ws_.pull_requests);
+  } catch (...) {
+  }
 }
 
 int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width) {

@@ -130,13 +130,18 @@ class ZenScheme final : public Scheme {
     std::vector<KeyItem> order, sort_scratch;
     std::vector<uint64_t> words, word_scratch;  // element-sparse output order
     std::vector<const float*> rows;
-    RequestList requests;
+    RequestList push_requests;  // each collective's requests, from post to finish
+    RequestList pull_requests;
   };
   HashDomains Prepare(Communicator& comm, int64_t rows, const Where& where);
   uint64_t AgreedSeed(Communicator& comm);
   // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
   // (served_*) and views of the other servers' pull messages (pulled[j]).
   void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where);
+  // After a failure inside Exchange: sends an empty message in each round
+  // whose tag is given (not yet sent) and waits for that round; never throws.
+  void TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
+                               const Tag* pull_tag) noexcept;
   // This server's sum of ws_.parts into ws_.pull_send (values) and
   // ws_.served_positions; sets ws_.pull_layout; returns the row count.
   int64_t AggregateRows(int64_t domain_size, int64_t width);
