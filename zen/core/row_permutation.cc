@@ -12,64 +12,108 @@ namespace {
 // The network (or its inverse) over the key field of every word, eight
 // words at a time so that eight independent multiply chains are in flight;
 // a result that falls outside [0, rows) walks its cycle on (rare: fewer than
-// half of them, none when rows is a power of two). Half-round t of the
-// forward network xors hi with F_t(lo) (t even) or lo with F_t(hi) (t odd);
-// the inverse runs the same half-rounds from the last to the first.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void NetworkWords(uint64_t* words, size_t count, int shift, uint64_t rows, const uint64_t* keys,
-                  const uint64_t* muls, int lo_bits, uint64_t lo_mask, int lo_shift,
-                  int hi_shift, bool inverse) {
+// half of them, none when rows is a power of two). Half-round i of the
+// forward network xors hi with F_i(lo) (i even) or lo with F_i(hi) (i odd);
+// the inverse runs the same half-rounds from the last to the first. The
+// direction is a template argument so that each body unrolls with its
+// half-rounds fixed (a run-time direction measured 1.7x slower).
+struct NetworkParams {
+  int shift;
+  uint64_t rows;
+  const uint64_t* keys;
+  const uint64_t* muls;
+  int lo_bits;
+  uint64_t lo_mask;
+  int lo_shift;
+  int hi_shift;
+};
+
+template <bool kInverse>
+inline __attribute__((always_inline)) void NetworkWords(uint64_t* words, size_t count,
+                                                        const NetworkParams& p) {
   constexpr size_t kLanes = 8;
   constexpr size_t kRounds = RowPermutation::kRounds;
-  const uint64_t low_mask = shift == 0 ? 0 : (uint64_t{1} << shift) - 1;
-  auto one = [&](uint64_t x) {
-    uint64_t hi = x >> lo_bits, lo = x & lo_mask;
+  const uint64_t low_mask = p.shift == 0 ? 0 : (uint64_t{1} << p.shift) - 1;
+  auto one = [&p](uint64_t x) {
+    uint64_t hi = x >> p.lo_bits, lo = x & p.lo_mask;
     for (size_t t = 0; t < kRounds; ++t) {
-      const size_t i = inverse ? kRounds - 1 - t : t;
+      const size_t i = kInverse ? kRounds - 1 - t : t;
       if (i % 2 == 0) {
-        hi ^= ((lo ^ keys[i]) * muls[i]) >> hi_shift;
+        hi ^= ((lo ^ p.keys[i]) * p.muls[i]) >> p.hi_shift;
       } else {
-        lo ^= ((hi ^ keys[i]) * muls[i]) >> lo_shift;
+        lo ^= ((hi ^ p.keys[i]) * p.muls[i]) >> p.lo_shift;
       }
     }
-    return (hi << lo_bits) | lo;
+    return (hi << p.lo_bits) | lo;
   };
-  for (size_t i0 = 0; i0 < count; i0 += kLanes) {
-    const size_t lanes = count - i0 < kLanes ? count - i0 : kLanes;
-    uint64_t hi[kLanes] = {}, lo[kLanes] = {};
-    for (size_t l = 0; l < lanes; ++l) {
-      const uint64_t x = words[i0 + l] >> shift;
-      hi[l] = x >> lo_bits;
-      lo[l] = x & lo_mask;
+  // Full groups of kLanes words: every loop below has a constant trip count,
+  // so hi and lo stay in registers (a variable count for the last group
+  // measured 1.6x slower).
+  size_t i0 = 0;
+  for (; i0 + kLanes <= count; i0 += kLanes) {
+    uint64_t hi[kLanes], lo[kLanes];
+    for (size_t l = 0; l < kLanes; ++l) {
+      const uint64_t x = words[i0 + l] >> p.shift;
+      hi[l] = x >> p.lo_bits;
+      lo[l] = x & p.lo_mask;
     }
-    for (size_t t = 0; t < kRounds; ++t) {
-      const size_t i = inverse ? kRounds - 1 - t : t;
-      if (i % 2 == 0) {
-        for (size_t l = 0; l < kLanes; ++l) hi[l] ^= ((lo[l] ^ keys[i]) * muls[i]) >> hi_shift;
-      } else {
-        for (size_t l = 0; l < kLanes; ++l) lo[l] ^= ((hi[l] ^ keys[i]) * muls[i]) >> lo_shift;
+    // hi ^= F_i(lo), lo ^= F_i(hi), over all lanes.
+    auto mix_hi = [&](size_t i) {
+      for (size_t l = 0; l < kLanes; ++l) hi[l] ^= ((lo[l] ^ p.keys[i]) * p.muls[i]) >> p.hi_shift;
+    };
+    auto mix_lo = [&](size_t i) {
+      for (size_t l = 0; l < kLanes; ++l) lo[l] ^= ((hi[l] ^ p.keys[i]) * p.muls[i]) >> p.lo_shift;
+    };
+    if constexpr (kInverse) {
+      for (size_t i = kRounds; i >= 2; i -= 2) {
+        mix_lo(i - 1);
+        mix_hi(i - 2);
+      }
+    } else {
+      for (size_t i = 0; i < kRounds; i += 2) {
+        mix_hi(i);
+        mix_lo(i + 1);
       }
     }
-    for (size_t l = 0; l < lanes; ++l) {
-      uint64_t x = (hi[l] << lo_bits) | lo[l];
-      while (x >= rows) x = one(x);  // cycle walking
-      words[i0 + l] = x << shift | (words[i0 + l] & low_mask);
+    for (size_t l = 0; l < kLanes; ++l) {
+      uint64_t x = (hi[l] << p.lo_bits) | lo[l];
+      while (x >= p.rows) x = one(x);  // cycle walking
+      words[i0 + l] = x << p.shift | (words[i0 + l] & low_mask);
     }
   }
+  for (; i0 < count; ++i0) {  // the last words, one at a time
+    uint64_t x = one(words[i0] >> p.shift);
+    while (x >= p.rows) x = one(x);
+    words[i0] = x << p.shift | (words[i0] & low_mask);
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ZEN_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ZEN_AVX2_CLONES
+#endif
+
+ZEN_AVX2_CLONES void InverseWords(uint64_t* words, size_t count, const NetworkParams& p) {
+  NetworkWords<true>(words, count, p);
+}
+
+ZEN_AVX2_CLONES void ForwardWords(uint64_t* words, size_t count, const NetworkParams& p) {
+  NetworkWords<false>(words, count, p);
 }
 
 }  // namespace
 
 void RowPermutation::InverseInPlace(std::span<uint64_t> words, int shift) const {
-  NetworkWords(words.data(), words.size(), shift, static_cast<uint64_t>(rows_), keys_.data(),
-               muls_.data(), lo_bits_, lo_mask_, lo_shift_, hi_shift_, /*inverse=*/true);
+  InverseWords(words.data(), words.size(),
+               {shift, static_cast<uint64_t>(rows_), keys_.data(), muls_.data(), lo_bits_,
+                lo_mask_, lo_shift_, hi_shift_});
 }
 
 void RowPermutation::ForwardInPlace(std::span<uint64_t> words, int shift) const {
-  NetworkWords(words.data(), words.size(), shift, static_cast<uint64_t>(rows_), keys_.data(),
-               muls_.data(), lo_bits_, lo_mask_, lo_shift_, hi_shift_, /*inverse=*/false);
+  ForwardWords(words.data(), words.size(),
+               {shift, static_cast<uint64_t>(rows_), keys_.data(), muls_.data(), lo_bits_,
+                lo_mask_, lo_shift_, hi_shift_});
 }
 
 RowPermutation::RowPermutation(uint64_t seed, int64_t rows) : seed_(seed), rows_(rows) {

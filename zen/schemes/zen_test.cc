@@ -13,10 +13,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "zen/testing/ranks.h"
 #include "zen/core/half.h"
@@ -663,6 +665,69 @@ TEST_F(ZenZipfWorkload, VolumeMatchesEquationOneAgsparseAndLowerBound) {
   }
 }
 
+
+// ---- A rank that fails inside the exchange: every rank raises at once ----
+
+// Forwards to `inner`; with `empty_rows` set, every zen rows message ("ZENR"
+// header) this rank sends goes out empty, which is what a rank that failed
+// inside the exchange sends in the rounds it has not sent yet.
+class EmptyRowsComm final : public Communicator {
+ public:
+  EmptyRowsComm(Communicator& inner, bool empty_rows)
+      : Communicator(inner.rank(), inner.size(), inner.timeout()),
+        inner_(inner),
+        empty_rows_(empty_rows) {}
+  std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
+    const bool rows = data.size() >= 4 && std::memcmp(data.data(), "ZENR", 4) == 0;
+    return inner_.Send(peer, tag, empty_rows_ && rows ? std::span<const std::byte>() : data);
+  }
+  std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
+    return inner_.Recv(peer, tag, data);
+  }
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    return inner_.RecvUpTo(peer, tag, out, max_bytes);
+  }
+
+ private:
+  Communicator& inner_;
+  bool empty_rows_;
+};
+
+// Rank 1's push arrives empty: rank 0 raises naming rank 1, and its empty
+// pull message makes rank 1 raise too, both long before the 20 s timeout
+// (before the exchange told the peers, rank 1 waited out the timeout for
+// rank 0's pull message).
+TEST(Zen, APeerThatFailsInsideTheExchangeMakesEveryRankRaiseAtOnce) {
+  for (const Backend backend : {Backend::kInProc, Backend::kGlooTcp}) {
+    SyntheticSpec spec;
+    spec.rows = 5000;
+    spec.width = 4;
+    spec.density = 0.05;
+    spec.seed = 3;
+    std::mutex mu;
+    std::vector<std::string> errors(2);
+    const auto t0 = std::chrono::steady_clock::now();
+    testing::RunRanks(
+        backend, 2,
+        [&](Communicator& inner) {
+          EmptyRowsComm comm(inner, /*empty_rows=*/inner.rank() == 1);
+          ZenScheme scheme;
+          try {
+            scheme.Sync(comm, GenerateSyntheticRank(spec, comm.rank()));
+          } catch (const FormatError& e) {
+            std::lock_guard lock(mu);
+            errors[static_cast<size_t>(comm.rank())] = e.what();
+          }
+        },
+        std::chrono::seconds(20));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(errors[0].find("rank 1 failed during this call"), std::string::npos) << errors[0];
+    EXPECT_NE(errors[1].find("rank 0 failed during this call"), std::string::npos) << errors[1];
+    EXPECT_LT(seconds, 10.0);
+  }
+}
 
 // ---- Memory and time follow the non-zeros, not rows (issue 13 item 4) ----
 
