@@ -148,11 +148,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
         ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
         continue;
       }
-      CheckNotFailed(ws.push_recv[static_cast<size_t>(i)], "push", i, where);
-      WidenRowsValues(ws.push_recv[static_cast<size_t>(i)], domains.size(r), width,
-                      options_.wire_values, i, where);
-      const RowsMessage m =
-          ParseRows(ws.push_recv[static_cast<size_t>(i)], domains.size(r), r, width, where);
+      const RowsMessage m = ReadPeerMessage(ws.push_recv[static_cast<size_t>(i)], "push", i,
+                                            domains.size(r), r, width, where);
       if (m.encoding != RowEncoding::kCoo) {
         throw FormatError(where, "zen: push message from rank ", i, " is not COO");
       }
@@ -188,11 +185,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
         ws.pulled[static_cast<size_t>(j)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
         continue;
       }
-      CheckNotFailed(ws.pull_recv[static_cast<size_t>(j)], "pull", j, where);
-      WidenRowsValues(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), width,
-                      options_.wire_values, j, where);
-      const RowsMessage m =
-          ParseRows(ws.pull_recv[static_cast<size_t>(j)], domains.size(j), j, width, where);
+      const RowsMessage m = ReadPeerMessage(ws.pull_recv[static_cast<size_t>(j)], "pull", j,
+                                            domains.size(j), j, width, where);
       ws.pulled[static_cast<size_t>(j)] = m;
       (m.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
                                               : stats_.pull_coo_messages)++;
@@ -213,6 +207,14 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   stats_.push_bytes_recv = after_push.recv - before_push.recv;
   stats_.pull_bytes_sent = after_pull.sent - after_push.sent;
   stats_.pull_bytes_recv = after_pull.recv - after_push.recv;
+}
+
+RowsMessage ZenScheme::ReadPeerMessage(ByteBuffer& message, const char* round, int peer,
+                                       int64_t domain_size, int server, int64_t width,
+                                       const Where& where) const {
+  CheckNotFailed(message, round, peer, where);
+  WidenRowsValues(message, domain_size, width, options_.wire_values, peer, where);
+  return ParseRows(message, domain_size, server, width, where);
 }
 
 void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,

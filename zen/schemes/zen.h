@@ -138,6 +138,11 @@ class ZenScheme final : public Scheme {
   // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
   // (served_*) and views of the other servers' pull messages (pulled[j]).
   void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where);
+  // A peer's push or pull message, validated and viewed in place: an empty
+  // one (the peer failed) raises, half-width values are widened, then parsed.
+  RowsMessage ReadPeerMessage(ByteBuffer& message, const char* round, int peer,
+                              int64_t domain_size, int server, int64_t width,
+                              const Where& where) const;
   // After a failure inside Exchange: sends an empty message in each round
   // whose tag is given (not yet sent) and waits for that round; never throws.
   void TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
