@@ -172,7 +172,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t how = in.Byte();
     int64_t raw = 0;
     for (int b = 0; b < 8; ++b) raw |= static_cast<int64_t>(in.Byte()) << (8 * b);
-    ids.push_back(how % 3 == 0 ? raw % 16 : how % 3 == 1 ? rows - 1 - (raw & 15) : raw);
+    // (rows - 1 - k wraps for rows near INT64_MIN: computed unsigned, so the
+    // harness itself has no signed overflow; such an id is invalid anyway.)
+    const auto near_end =
+        static_cast<int64_t>(static_cast<uint64_t>(rows) - 1 - static_cast<uint64_t>(raw & 15));
+    ids.push_back(how % 3 == 0 ? raw % 16 : how % 3 == 1 ? near_end : raw);
   }
   // Values: nnz x width of them when that is small, else counts / 8 floats.
   std::vector<float> values;
