@@ -218,17 +218,6 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
     const size_t count = static_cast<size_t>(end - begin);
     ch.items.reserve(count);
     ch.owners.reserve(count);
-    if (!owner.has_domains()) {
-      ch.positions.reserve(count);
-      for (int64_t i = begin; i < end; ++i) {
-        const RowPlace at = owner.Locate(ids[static_cast<size_t>(i)]);
-        ch.items.push_back(i);
-        ch.owners.push_back(at.server);
-        ch.positions.push_back(at.position);
-        ++ch.counts[static_cast<size_t>(at.server)];
-      }
-      return;
-    }
     // Keys first, batched (the permutation's multiply chains of several rows
     // overlap), then each key's server and position.
     ch.positions.assign(ids.begin() + begin, ids.begin() + end);

@@ -71,18 +71,16 @@ class RowOwner {
     return ServerOfKey(Key(id));
   }
   // Server and domain position of id (Hash: position = id).
-  RowPlace Locate(int64_t id) const {
-    if (kind_ == Kind::kHash) return {hash_(id), id};
-    return PlaceOfKey(Key(id));
-  }
-  // Range and Permuted: the server and position of the row whose key (pi(id),
-  // or id) is `key`.
+  RowPlace Locate(int64_t id) const { return PlaceOfKey(Key(id)); }
+  // The server and position of the row whose key (pi(id) for Permuted, the
+  // id itself otherwise) is `key`.
   RowPlace PlaceOfKey(int64_t key) const {
+    if (kind_ == Kind::kHash) return {hash_(key), key};
     const int s = ServerOfKey(key);
     return {s, key - Start(s)};
   }
-  // Range and Permuted: every id in `ids` replaced by its key, in place (the
-  // batched form of Locate's first step, for hot loops); ids in [0, rows).
+  // Every id in `ids` replaced by its key, in place (the batched form of
+  // Locate's first step, for hot loops); ids in [0, rows) for Permuted.
   void KeysInPlace(std::span<int64_t> ids) const {
     if (kind_ != Kind::kPermuted) return;
     // int64_t and uint64_t may alias; the ids are non-negative.

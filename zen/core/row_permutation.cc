@@ -18,6 +18,7 @@ namespace {
 // direction is a template argument so that each body unrolls with its
 // half-rounds fixed (a run-time direction measured 1.7x slower).
 struct NetworkParams {
+  const RowPermutation* perm;  // its scalar form, for the last words and cycle walks
   int shift;
   uint64_t rows;
   const uint64_t* keys;
@@ -34,17 +35,12 @@ inline __attribute__((always_inline)) void NetworkWords(uint64_t* words, size_t 
   constexpr size_t kLanes = 8;
   constexpr size_t kRounds = RowPermutation::kRounds;
   const uint64_t low_mask = p.shift == 0 ? 0 : (uint64_t{1} << p.shift) - 1;
-  auto one = [&p](uint64_t x) {
-    uint64_t hi = x >> p.lo_bits, lo = x & p.lo_mask;
-    for (size_t t = 0; t < kRounds; ++t) {
-      const size_t i = kInverse ? kRounds - 1 - t : t;
-      if (i % 2 == 0) {
-        hi ^= ((lo ^ p.keys[i]) * p.muls[i]) >> p.hi_shift;
-      } else {
-        lo ^= ((hi ^ p.keys[i]) * p.muls[i]) >> p.lo_shift;
-      }
-    }
-    return (hi << p.lo_bits) | lo;
+  // The scalar permutation: applies the network until the value is below
+  // rows, so started from a value the batched pass left at or above rows it
+  // finishes that value's cycle walk.
+  auto scalar = [&p](uint64_t x) {
+    const auto v = static_cast<int64_t>(x);
+    return static_cast<uint64_t>(kInverse ? p.perm->Inverse(v) : (*p.perm)(v));
   };
   // Full groups of kLanes words: every loop below has a constant trip count,
   // so hi and lo stay in registers (a variable count for the last group
@@ -77,14 +73,12 @@ inline __attribute__((always_inline)) void NetworkWords(uint64_t* words, size_t 
     }
     for (size_t l = 0; l < kLanes; ++l) {
       uint64_t x = (hi[l] << p.lo_bits) | lo[l];
-      while (x >= p.rows) x = one(x);  // cycle walking
+      if (x >= p.rows) x = scalar(x);  // cycle walking
       words[i0 + l] = x << p.shift | (words[i0 + l] & low_mask);
     }
   }
   for (; i0 < count; ++i0) {  // the last words, one at a time
-    uint64_t x = one(words[i0] >> p.shift);
-    while (x >= p.rows) x = one(x);
-    words[i0] = x << p.shift | (words[i0] & low_mask);
+    words[i0] = scalar(words[i0] >> p.shift) << p.shift | (words[i0] & low_mask);
   }
 }
 
@@ -106,13 +100,13 @@ ZEN_AVX2_CLONES void ForwardWords(uint64_t* words, size_t count, const NetworkPa
 
 void RowPermutation::InverseInPlace(std::span<uint64_t> words, int shift) const {
   InverseWords(words.data(), words.size(),
-               {shift, static_cast<uint64_t>(rows_), keys_.data(), muls_.data(), lo_bits_,
+               {this, shift, static_cast<uint64_t>(rows_), keys_.data(), muls_.data(), lo_bits_,
                 lo_mask_, lo_shift_, hi_shift_});
 }
 
 void RowPermutation::ForwardInPlace(std::span<uint64_t> words, int shift) const {
   ForwardWords(words.data(), words.size(),
-               {shift, static_cast<uint64_t>(rows_), keys_.data(), muls_.data(), lo_bits_,
+               {this, shift, static_cast<uint64_t>(rows_), keys_.data(), muls_.data(), lo_bits_,
                 lo_mask_, lo_shift_, hi_shift_});
 }
 

@@ -57,7 +57,9 @@ class RowPermutation {
     } while (x >= static_cast<uint64_t>(rows_));
     return static_cast<int64_t>(x);
   }
-  // pi^-1(p) for p in [0, rows) (unchecked).
+  // pi^-1(p) for p in [0, rows) (unchecked). Both also take any value in
+  // [rows, 2^bits()) and walk it on to the first value below rows: what
+  // continuing a cycle walk from that value gives.
   int64_t Inverse(int64_t p) const {
     uint64_t x = static_cast<uint64_t>(p);
     do {
