@@ -73,6 +73,24 @@ void PrintReport(const nlohmann::json& report) {
     std::printf(" %10.2e %9lld\n", r["max_rel_error"].get<double>(),
                 r["rows_mismatch"].get<long long>());
   }
+  // What auto ran in the measured iterations, and how it got there.
+  for (const auto& r : report["results"]) {
+    if (!r.contains("auto") || !r["auto"].contains("chosen")) continue;
+    const auto& a = r["auto"];
+    std::printf("\n%s ran %s: ", r["scheme"].get<std::string>().c_str(),
+                a["chosen"].get<std::string>().c_str());
+    if (a.value("measured", false)) {
+      std::printf("fastest of its timed shortlist (median ms:");
+      for (const auto& t : a["trials"]) {
+        std::printf(" %s %.3f", t["scheme"].get<std::string>().c_str(),
+                    1e3 * t["median_s"].get<double>());
+      }
+      std::printf("; %d trial calls added to the warm-up; the model predicted %s)\n",
+                  a.value("extra_warmup_calls", 0), a["predicted"].get<std::string>().c_str());
+    } else {
+      std::printf("the cost model's choice (nothing else shortlisted)\n");
+    }
+  }
 }
 
 std::vector<std::string> ReportFailures(const nlohmann::json& report) {

@@ -11,6 +11,7 @@
 #include "tools/zen/bench.h"
 #include "tools/zen/bench_reference.h"
 #include "tools/zen/registry_view.h"
+#include "zen/analysis/auto_scheme.h"
 #include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
@@ -57,14 +58,25 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
   int64_t mismatch = 0;
   uint64_t sent = 0, recv = 0;
   std::optional<WireCounters> wire0;
-  const int total = config.warmup + config.iters;
-  for (int it = 0; it < total; ++it) {
+  // `auto` times its shortlist on its first calls (auto_scheme.h): those
+  // calls are added to the warm-up, so the measured ones are its steady
+  // state (what a training job gets after its first steps); how many there
+  // were is reported. The same on every rank (the trials end together).
+  auto* autoscheme = dynamic_cast<AutoScheme*>(scheme.get());
+  int warmup = config.warmup;
+  int trial_calls = 0;
+  for (int it = 0; it < warmup + config.iters; ++it) {
+    const int total = warmup + config.iters;
     if (config.progress && comm.rank() == 0) {
       std::fprintf(stderr, "\r  scheme %d of %zu (%-10s) iteration %d of %d   ", index + 1,
                    config.schemes.size(), id.c_str(), it + 1, total);
     }
+    if (it == warmup && autoscheme != nullptr && !autoscheme->settled(local.name())) {
+      ++warmup;
+      ++trial_calls;
+    }
     Barrier(comm);
-    if (it == config.warmup && !config.wire_iface.empty()) {
+    if (it == warmup && !config.wire_iface.empty()) {
       // Every warm-up byte has arrived (barrier above); nothing measured has
       // started (barrier below).
       wire0 = ReadWire(config.wire_iface);
@@ -81,10 +93,22 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
     const Agreement a = reference.Compare(sum);
     max_err = std::max(max_err, a.max_rel_error);
     mismatch = std::max(mismatch, a.rows_mismatch);
-    if (it >= config.warmup) {
+    if (it >= warmup) {
       times.push_back(std::chrono::duration<double>(t1 - t0).count());
       cpu += cpu1 - cpu0;
     }
+  }
+  if (autoscheme != nullptr) {
+    json a = {{"extra_warmup_calls", trial_calls}};
+    if (const AutoDecision* d = autoscheme->decision(local.name())) {
+      a["chosen"] = d->chosen;
+      a["predicted"] = d->predicted;
+      a["measured"] = d->measured;
+      json trials = json::array();
+      for (const AutoTrial& t : d->trials) trials.push_back({{"scheme", t.scheme}, {"median_s", t.median_s}});
+      a["trials"] = trials;
+    }
+    out["auto"] = a;
   }
   if (wire0) {
     // Over the measured iterations and their barriers, per iteration.
@@ -157,6 +181,7 @@ json CombineRanks(const std::vector<json>& ranks) {
   out["cpu_s_per_rank"] = cpu;
   out["max_rel_error"] = err;
   out["rows_mismatch"] = mismatch;
+  if (ranks[0].contains("auto")) out["auto"] = ranks[0]["auto"];  // the same on every rank
   return out;
 }
 

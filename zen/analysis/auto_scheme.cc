@@ -1,19 +1,44 @@
 #include "zen/analysis/auto_scheme.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <numeric>
 #include <sstream>
 
+#include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 
 namespace zen {
 namespace {
 
 constexpr char kDescription[] =
-    "per tensor, the scheme with the lowest predicted time (online profile + cost model)";
+    "per tensor, the fastest scheme: the cost model shortlists (online profile), timed calls decide";
 
 std::string Key(const SparseTensor& t) {
   return t.name() + "|" + std::to_string(t.rows()) + "x" + std::to_string(t.width());
+}
+
+// Whether two shortlists hold the same schemes (in any order: a profile's
+// sampling noise may reorder close predictions).
+bool SameSchemes(std::vector<std::string> a, std::vector<std::string> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
+}
+
+// The lowest median; ties go to the earlier (faster predicted) candidate.
+const std::string& FastestTrial(const std::vector<AutoTrial>& trials) {
+  return std::min_element(trials.begin(), trials.end(),
+                          [](const AutoTrial& a, const AutoTrial& b) { return a.median_s < b.median_s; })
+      ->scheme;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 }  // namespace
@@ -33,6 +58,12 @@ const AutoDecision* AutoScheme::decision(std::string_view tensor) const {
   const auto key = last_key_.find(tensor);
   if (key == last_key_.end()) return nullptr;
   return &tensors_.find(key->second)->second.decision;
+}
+
+bool AutoScheme::settled(std::string_view tensor) const {
+  const auto key = last_key_.find(tensor);
+  if (key == last_key_.end()) return true;
+  return tensors_.find(key->second)->second.trial_call < 0;
 }
 
 Scheme& AutoScheme::Chosen(const std::string& id) {
@@ -71,7 +102,95 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
     for (const auto& r : d.refused) why += " " + r.scheme + " (" + r.reason + ")";
     throw InvalidArgument(Where{rank, local.name()}, "auto: ", why);
   }
+  d.predicted = d.chosen;
+  std::vector<std::string> shortlist = Shortlist(d);
+  if (shortlist.size() < 2) {
+    // Nothing to time: the model's choice stands.
+    d.shortlist.clear();
+    d.trials.clear();
+    d.measured = false;
+    state.trial_call = -1;
+  } else if (d.measured && SameSchemes(shortlist, d.shortlist)) {
+    // The same shortlist as the last trials: their winner stands.
+    d.chosen = FastestTrial(d.trials);
+  } else if (state.trial_call < 0 || !SameSchemes(shortlist, d.shortlist)) {
+    // A new shortlist: time it from this call on.
+    d.shortlist = std::move(shortlist);
+    d.trials.clear();
+    d.measured = false;
+    state.trial_call = 0;
+    state.local_times.clear();
+  }
   if (options_.log && rank == 0) Log(FormatDecision(d));
+}
+
+std::vector<std::string> AutoScheme::Shortlist(const AutoDecision& d) const {
+  std::vector<std::string> out;
+  if (options_.trial.candidates <= 1 || d.profile.sparsity.world_size < 2) return out;
+  std::vector<const Prediction*> order;
+  for (const Prediction& p : d.predictions) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Prediction* a, const Prediction* b) { return a->time_s < b->time_s; });
+  double best = -1;
+  for (const Prediction* p : order) {
+    if (p->scheme == d.chosen) best = p->time_s;
+    if (best < 0) continue;  // faster ones refused the input
+    if (p->time_s > options_.trial.within * best) break;
+    const SchemeInfo* info = registry_.Find(p->scheme);
+    const Support yes = info->supports ? info->supports(d.profile.sparsity)
+                                       : const_cast<AutoScheme*>(this)->Chosen(p->scheme).supports(
+                                             d.profile.sparsity);
+    if (!yes.ok) continue;
+    out.push_back(p->scheme);
+    if (static_cast<int>(out.size()) >= options_.trial.candidates) break;
+  }
+  return out;
+}
+
+SparseTensor AutoScheme::RunTrial(TensorState& state, Communicator& comm, const SparseTensor& local) {
+  const std::vector<std::string>& list = state.decision.shortlist;
+  const std::string& id = list[static_cast<size_t>(state.trial_call) % list.size()];
+  Scheme& scheme = Chosen(id);
+  const auto t0 = std::chrono::steady_clock::now();
+  SparseTensor sum = Dispatch(scheme, comm, local);
+  const auto t1 = std::chrono::steady_clock::now();
+  state.local_times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  ++state.trial_call;
+  const int64_t calls = static_cast<int64_t>(list.size()) * std::max(1, options_.trial.calls_each);
+  if (state.trial_call >= calls) EndTrials(state, comm);
+  return sum;
+}
+
+void AutoScheme::EndTrials(TensorState& state, Communicator& comm) {
+  AutoDecision& d = state.decision;
+  const size_t calls = state.local_times.size();
+  const auto gathered =
+      AllGatherV(comm, std::as_bytes(std::span<const double>(state.local_times)));
+  // Per call, the slowest rank's time (every rank computes the same).
+  std::vector<double> slowest(calls, 0.0);
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    if (gathered[r].size() != calls * sizeof(double)) {
+      throw FormatError(Where{comm.rank(), d.tensor}, "auto: rank ", r, " timed ",
+                        gathered[r].size() / sizeof(double), " trial calls, this rank ", calls);
+    }
+    for (size_t i = 0; i < calls; ++i) {
+      double t;
+      std::memcpy(&t, gathered[r].data() + i * sizeof(double), sizeof t);
+      slowest[i] = std::max(slowest[i], t);
+    }
+  }
+  d.trials.clear();
+  for (size_t k = 0; k < d.shortlist.size(); ++k) {
+    AutoTrial trial{d.shortlist[k], {}, 0};
+    for (size_t i = k; i < calls; i += d.shortlist.size()) trial.times_s.push_back(slowest[i]);
+    trial.median_s = Median(trial.times_s);
+    d.trials.push_back(std::move(trial));
+  }
+  d.chosen = FastestTrial(d.trials);
+  d.measured = true;
+  state.trial_call = -1;
+  state.local_times.clear();
+  if (options_.log && comm.rank() == 0) Log(FormatDecision(d));
 }
 
 SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
@@ -87,25 +206,34 @@ SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     return Dispatch(Chosen(options_.force), comm, local);
   }
   if (state.profiler.Observe(comm, local)) Decide(state, local, comm.rank());
+  if (state.trial_call >= 0) return RunTrial(state, comm, local);
   return Dispatch(Chosen(state.decision.chosen), comm, local);
 }
 
 std::string FormatDecision(const AutoDecision& d) {
   std::ostringstream os;
   const SparsityProfile& s = d.profile.sparsity;
+  const char* how = d.forced ? " (forced)"
+                    : d.measured ? " (measured)"
+                    : !d.shortlist.empty() ? " (predicted; timing the shortlist)"
+                                           : "";
   os << "zen auto: tensor '" << d.tensor << "' [" << s.rows << " x " << s.width << "] call "
      << d.call << ": n=" << s.world_size << " density=" << s.density
      << " gamma(n)=" << (s.gamma.empty() ? 1.0 : s.gamma.back()) << " skew=" << s.skewness << " -> "
-     << d.chosen << (d.forced ? " (forced)" : "") << "\n";
-  char line[160];
-  std::snprintf(line, sizeof line, "  %-12s %14s %14s %12s\n", "scheme", "recv_max_B",
-                "recv_mean_B", "time_us");
+     << d.chosen << how << "\n";
+  char line[192];
+  std::snprintf(line, sizeof line, "  %-12s %14s %14s %12s %12s\n", "scheme", "recv_max_B",
+                "recv_mean_B", "time_us", "measured_us");
   os << line;
   for (const Prediction& p : d.predictions) {
     const bool refused = std::any_of(d.refused.begin(), d.refused.end(),
                                      [&](const auto& r) { return r.scheme == p.scheme; });
-    std::snprintf(line, sizeof line, "  %-12s %14.0f %14.0f %12.2f%s\n", p.scheme.c_str(),
-                  p.recv_max, p.recv_mean, p.time_s * 1e6,
+    const auto trial = std::find_if(d.trials.begin(), d.trials.end(),
+                                    [&](const AutoTrial& t) { return t.scheme == p.scheme; });
+    char measured[32] = "-";
+    if (trial != d.trials.end()) std::snprintf(measured, sizeof measured, "%.2f", trial->median_s * 1e6);
+    std::snprintf(line, sizeof line, "  %-12s %14.0f %14.0f %12.2f %12s%s\n", p.scheme.c_str(),
+                  p.recv_max, p.recv_mean, p.time_s * 1e6, measured,
                   p.scheme == d.chosen ? "  <" : (refused ? "  (not supported)" : ""));
     os << line;
   }

@@ -13,6 +13,22 @@
 // on the input auto's Sync already validated and agreed on (Scheme::
 // Dispatch): no second metadata exchange, no re-entry into Sync.
 //
+// The cost model counts bytes and rounds; it does not know what a transfer
+// costs in CPU on this machine, which decides small tensors. So the model
+// only shortlists: the fastest predicted candidates (AutoTrialOptions: at
+// most `candidates`, each predicted within `within` x the best) then run
+// the tensor's next calls in turn, `calls_each` calls each, interleaved
+// (A B C A B C ...). Each rank times its own calls; after the last trial
+// call one AllGatherV (8 bytes per trial call and rank) gives every rank
+// all times, the slowest rank's time counts per call, and the candidate
+// with the lowest median wins, on every rank alike (ties: the earlier
+// prediction). Every trial call returns the exact sum (they run real
+// schemes); only their speed differs. A later profile that shortlists the
+// same candidates (in any order) keeps the measured winner; a different
+// shortlist is timed again. With one candidate (or `candidates` <= 1)
+// nothing is timed. Defaults: 3 candidates within 4x, 5 calls each, i.e.
+// the first 15 calls of a tensor (AutoScheme::settled() says when done).
+//
 // Configuration is passed in (AutoOptions); the library reads no environment
 // variable. AutoOptionsFromVariables() maps ZEN_SCHEME / ZEN_LOG for the
 // edges that do (the CLI's main, the Python module):
@@ -43,10 +59,18 @@
 
 namespace zen {
 
+// How `auto` confirms the cost model's shortlist by timing it (see above).
+struct AutoTrialOptions {
+  int candidates = 3;     // at most this many; <= 1: the model's choice, untimed
+  double within = 4.0;    // only candidates predicted within this factor of the best
+  int calls_each = 5;     // timed calls per candidate (>= 1)
+};
+
 struct AutoOptions {
   SchemeOptions scheme;                 // passed to the chosen schemes
   ProfilerOptions profiler;             // schedule and sample size
   Network network;                      // what time is predicted for
+  AutoTrialOptions trial;               // timing the shortlist
   std::string force;                    // a scheme id; empty (or "auto") = choose
   std::vector<std::string> candidates;  // empty = every registered, modeled scheme
   bool log = false;                     // rank 0 logs each decision
@@ -54,15 +78,26 @@ struct AutoOptions {
   std::function<void(const std::string&)> log_sink = {};
 };
 
-// One decision: the predictions it compared and the winner.
+// One candidate's timed calls (seconds, the slowest rank's per call).
+struct AutoTrial {
+  std::string scheme;
+  std::vector<double> times_s;
+  double median_s = 0;
+};
+
+// One decision: the predictions it compared, the trials and the winner.
 struct AutoDecision {
   std::string tensor;
   int64_t call = 0;  // the tensor's call number when decided
-  std::string chosen;
+  std::string chosen;     // what runs now (the prediction until the trials end)
+  std::string predicted;  // the cost model's choice
   bool forced = false;
+  bool measured = false;  // chosen by timing the shortlist
   WorkloadProfile profile;
   std::vector<Prediction> predictions;        // the modeled candidates, in registry order
   std::vector<Selection::Refusal> refused;    // faster candidates that said "not supported"
+  std::vector<std::string> shortlist;         // timed candidates, fastest predicted first
+  std::vector<AutoTrial> trials;              // their times, once the trials have ended
 };
 
 class AutoScheme final : public Scheme {
@@ -78,6 +113,10 @@ class AutoScheme final : public Scheme {
   // The latest decision for a tensor (by name and shape: the most recent
   // one with this name), or nullptr before its first call.
   const AutoDecision* decision(std::string_view tensor) const;
+  // False while the tensor's shortlist is being timed (its calls then run
+  // the candidates in turn); true otherwise, also before its first call.
+  // The same on every rank.
+  bool settled(std::string_view tensor) const;
 
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override;
@@ -87,9 +126,14 @@ class AutoScheme final : public Scheme {
     explicit TensorState(const ProfilerOptions& o) : profiler(o) {}
     Profiler profiler;
     AutoDecision decision;
+    int64_t trial_call = -1;          // next trial call; -1: not trying
+    std::vector<double> local_times;  // this rank's trial times, in call order
   };
 
   void Decide(TensorState& state, const SparseTensor& local, int rank);
+  std::vector<std::string> Shortlist(const AutoDecision& d) const;
+  SparseTensor RunTrial(TensorState& state, Communicator& comm, const SparseTensor& local);
+  void EndTrials(TensorState& state, Communicator& comm);
   Scheme& Chosen(const std::string& id);
   void Log(const std::string& text) const;
 

@@ -1,5 +1,5 @@
 // `auto`: exact results over repeated calls, steady-state cost equal to the
-// chosen scheme's, forcing by option and by ZEN_SCHEME as an edge maps it, the
+// chosen scheme's, the timed shortlist overruling a wrong prediction, forcing by option and by ZEN_SCHEME as an edge maps it, the
 // ZEN_LOG table, the library ignoring the environment, fallback past a scheme
 // that refuses the input, and AllSchemes().
 #include "zen/analysis/auto_scheme.h"
@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -35,14 +38,18 @@ TEST(AutoSchemeTest, ExactOverCallsAndSteadyStateCostsTheDelegate) {
     options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/0};
     AutoScheme scheme(BuiltinSchemes(), options);
     const size_t r = static_cast<size_t>(comm.rank());
-    for (int call = 0; call < 3; ++call) {
+    // Until the shortlist is timed, then one more call (no profiling, no trial).
+    int calls = 0;
+    for (bool last = false; !last; ++calls) {
+      last = calls > 0 && scheme.settled(inputs[r].name());
       comm.ResetCounters();
       const Agreement a = reference.Compare(scheme.Sync(comm, inputs[r]));
       std::lock_guard lock(mu);
       EXPECT_LE(a.max_rel_error, 1e-5);
       EXPECT_EQ(a.rows_mismatch, 0);
+      ASSERT_LE(calls, 20) << "auto never settled";
     }
-    auto_bytes[r] = comm.counters().total_recv();  // call 2: no profiling
+    auto_bytes[r] = comm.counters().total_recv();
     const std::string id = scheme.decision(inputs[r].name())->chosen;
     comm.ResetCounters();
     BuiltinSchemes().Create(id)->Sync(comm, inputs[r]);
@@ -130,7 +137,7 @@ TEST(AutoSchemeTest, LibraryIgnoresTheEnvironment) {
   EXPECT_FALSE(d->forced);
   EXPECT_FALSE(d->predictions.empty());  // it chose, from the cost model
   // What the selection says for this profile, independently of auto.
-  EXPECT_EQ(d->chosen, BuiltinSchemes().Select(d->profile, Network{}).chosen);
+  EXPECT_EQ(d->predicted, BuiltinSchemes().Select(d->profile, Network{}).chosen);
 }
 
 TEST(AutoSchemeTest, VariablesMapOntoOptions) {
@@ -243,6 +250,109 @@ TEST(AutoSchemeTest, RefusingSchemeIsSkippedWithFallback) {
                        std::string(static_check ? "refuses 5000 rows" : "instance says no")),
               std::string::npos)
         << log;
+  }
+}
+
+// A scheme the cost model believes costs nothing (metadata only) but that is
+// slow: agsparse's sums, 20 ms late on rank 1 only.
+class SlowScheme final : public Scheme {
+ public:
+  explicit SlowScheme(std::atomic<int>* calls) : calls_(calls), inner_(BuiltinSchemes().Create("agsparse")) {}
+  std::string_view name() const override { return "slow"; }
+  std::string_view description() const override { return "predicted free, 20 ms late on rank 1"; }
+
+ protected:
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+    ++*calls_;
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return Dispatch(*inner_, comm, local);
+  }
+
+ private:
+  std::atomic<int>* calls_;
+  std::unique_ptr<Scheme> inner_;
+};
+
+TEST(AutoSchemeTest, TimedShortlistOverrulesAWrongPrediction) {
+  const auto inputs = GenerateSynthetic(
+      ParseSyntheticSpec("zipf:rows=5000,width=8,density=0.02,skew=1.1,seed=9"), 3);
+  const DenseReference reference(inputs);
+  std::atomic<int> slow_calls{0};
+  SchemeRegistry reg = BuiltinSchemes();
+  SchemeInfo slow{"slow", "predicted free", [&](const SchemeOptions&) -> std::unique_ptr<Scheme> {
+                    return std::make_unique<SlowScheme>(&slow_calls);
+                  }};
+  slow.cost = [](const CostInputs& in) { return NewVolumes(in); };
+  reg.Add(slow);
+  std::mutex mu;
+  std::vector<std::string> chosen(3);
+  std::string log;
+  testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
+    AutoOptions options;
+    options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/12};
+    options.trial = {/*candidates=*/3, /*within=*/1e9, /*calls_each=*/3};
+    options.log = true;
+    options.log_sink = [&](const std::string& line) {
+      std::lock_guard lock(mu);
+      log += line;
+    };
+    AutoScheme scheme(reg, options);
+    const size_t r = static_cast<size_t>(comm.rank());
+    const std::string& name = inputs[r].name();
+    EXPECT_TRUE(scheme.settled(name));  // before its first call
+    for (int call = 0; call < 14; ++call) {
+      const Agreement a = reference.Compare(scheme.Sync(comm, inputs[r]));
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, 1e-5) << "call " << call;
+      EXPECT_EQ(a.rows_mismatch, 0) << "call " << call;
+      // 3 candidates x 3 calls: calls 0..8 are trials; call 12 profiles
+      // again, shortlists the same candidates and keeps the winner.
+      EXPECT_EQ(scheme.settled(name), call >= 8) << "call " << call;
+    }
+    const AutoDecision* d = scheme.decision(name);
+    std::lock_guard lock(mu);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->predicted, "slow");
+    EXPECT_TRUE(d->measured);
+    EXPECT_NE(d->chosen, "slow");
+    ASSERT_EQ(d->shortlist.size(), 3u);
+    EXPECT_EQ(d->shortlist[0], "slow");
+    ASSERT_EQ(d->trials.size(), 3u);
+    for (const AutoTrial& t : d->trials) {
+      EXPECT_EQ(t.times_s.size(), 3u) << t.scheme;
+      if (t.scheme == "slow") {
+        // Rank 1's delay counts on every rank: the slowest rank's time.
+        for (double s : t.times_s) EXPECT_GE(s, 0.02) << "the slowest rank's time counts";
+      }
+      if (t.scheme == d->chosen) {
+        for (const AutoTrial& u : d->trials) EXPECT_LE(t.median_s, u.median_s);
+      }
+    }
+    chosen[r] = d->chosen;
+  });
+  EXPECT_EQ(chosen, std::vector<std::string>(3, chosen[0]));
+  // 3 ranks x 3 trial calls, and never again once measured.
+  EXPECT_EQ(slow_calls.load(), 9);
+  EXPECT_NE(log.find("(measured)"), std::string::npos) << log;
+  EXPECT_NE(log.find("measured_us"), std::string::npos) << log;
+}
+
+TEST(AutoSchemeTest, OneShortlistedCandidateIsNotTimed) {
+  const auto inputs = GenerateSynthetic(ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.05"), 2);
+  for (const AutoTrialOptions trial : {AutoTrialOptions{1, 4.0, 3}, AutoTrialOptions{3, 1.0, 3}}) {
+    testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+      AutoOptions options;
+      options.trial = trial;
+      AutoScheme scheme(BuiltinSchemes(), options);
+      const SparseTensor& local = inputs[static_cast<size_t>(comm.rank())];
+      scheme.Sync(comm, local);
+      EXPECT_TRUE(scheme.settled(local.name()));
+      const AutoDecision* d = scheme.decision(local.name());
+      ASSERT_NE(d, nullptr);
+      EXPECT_FALSE(d->measured);
+      EXPECT_TRUE(d->trials.empty());
+      EXPECT_EQ(d->chosen, d->predicted);
+    });
   }
 }
 
