@@ -87,6 +87,63 @@ constexpr uint64_t kFrameHeader = sizeof(uint64_t);
 uint64_t FrameSlot(Tag tag) { return tag << 1; }
 uint64_t PayloadSlot(Tag tag, uint64_t bytes) { return (Mix64(Mix64(tag) + bytes) << 1) | 1; }
 
+// The frames of one communicator: memory of kFrameHeader + eager bytes with
+// the Gloo buffer bound to it, reused from message to message, so a
+// transfer in steady state allocates neither (a fresh 1 MiB frame per
+// receive cost a malloc/free pair, often an mmap/munmap and page faults,
+// and a Gloo buffer object). A frame goes back only when its transfer
+// completed: after a failure Gloo may still hold it, so it is dropped as
+// before. At most kPoolBytes of idle frames are kept (two all-to-all
+// rounds' receives at any world size); above that a frame is freed. Shared
+// by the communicator and its requests (a request may outlive it).
+constexpr uint64_t kPoolBytes = uint64_t{32} << 20;
+
+class FramePool {
+ public:
+  struct Frame {
+    std::unique_ptr<std::byte[]> memory;
+    std::unique_ptr<UnboundBuffer> buffer;  // bound to memory; declared after it
+    explicit operator bool() const { return buffer != nullptr; }
+  };
+
+  FramePool(std::shared_ptr<gloo::Context> ctx, uint64_t frame_bytes)
+      : ctx_(std::move(ctx)),
+        frame_bytes_(frame_bytes),
+        max_idle_(static_cast<size_t>(std::max<uint64_t>(1, kPoolBytes / frame_bytes))) {}
+
+  uint64_t frame_bytes() const { return frame_bytes_; }
+
+  // An idle frame, or a new one (memory left untouched: only what a
+  // transfer writes is ever paged in). Gloo's exceptions propagate.
+  Frame Take() {
+    {
+      std::lock_guard lock(mu_);
+      if (!idle_.empty()) {
+        Frame f = std::move(idle_.back());
+        idle_.pop_back();
+        return f;
+      }
+    }
+    Frame f;
+    f.memory = std::make_unique_for_overwrite<std::byte[]>(frame_bytes_);
+    f.buffer = ctx_->createUnboundBuffer(f.memory.get(), frame_bytes_);
+    return f;
+  }
+
+  // Back after a completed transfer (freed when max_idle_ are idle).
+  void Give(Frame f) noexcept {
+    std::lock_guard lock(mu_);
+    if (idle_.size() < max_idle_) idle_.push_back(std::move(f));
+  }
+
+ private:
+  std::shared_ptr<gloo::Context> ctx_;
+  uint64_t frame_bytes_;
+  size_t max_idle_;
+  std::mutex mu_;
+  std::vector<Frame> idle_;
+};
+
 // What one Send or Recv is, for error messages.
 struct Transfer {
   int rank = 0;
@@ -155,6 +212,8 @@ class GlooRequest : public Request {
     }
   }
   virtual void DoWait(Clock::time_point start) = 0;
+  // Waited for, and completed: its frame may be reused.
+  bool completed() const { return settled_ && !error_; }
 
   Transfer t_;
 
@@ -165,18 +224,17 @@ class GlooRequest : public Request {
 
 class GlooSend final : public GlooRequest {
  public:
-  GlooSend(gloo::Context& ctx, Transfer t, std::span<const std::byte> data, uint64_t eager_bytes)
-      : GlooRequest(t) {
+  GlooSend(gloo::Context& ctx, std::shared_ptr<FramePool> pool, Transfer t,
+           std::span<const std::byte> data, uint64_t eager_bytes)
+      : GlooRequest(t), pool_(std::move(pool)) {
     const uint64_t length = data.size();
     const bool eager = length <= eager_bytes;
-    frame_size_ = kFrameHeader + (eager ? length : 0);
-    frame_ = std::make_unique_for_overwrite<std::byte[]>(frame_size_);
-    std::memcpy(frame_.get(), &length, kFrameHeader);
-    if (eager && length > 0) std::memcpy(frame_.get() + kFrameHeader, data.data(), length);
     const auto start = Clock::now();
     try {
-      frame_buf_ = ctx.createUnboundBuffer(frame_.get(), frame_size_);
-      frame_buf_->send(t.peer, FrameSlot(t.tag));
+      frame_ = pool_->Take();
+      std::memcpy(frame_.memory.get(), &length, kFrameHeader);
+      if (eager && length > 0) std::memcpy(frame_.memory.get() + kFrameHeader, data.data(), length);
+      frame_.buffer->send(t.peer, FrameSlot(t.tag), 0, kFrameHeader + (eager ? length : 0));
       if (!eager) {
         // Gloo's buffer type is not const-correct; a send only reads.
         payload_buf_ = ctx.createUnboundBuffer(const_cast<std::byte*>(data.data()), data.size());
@@ -186,18 +244,20 @@ class GlooSend final : public GlooRequest {
       ThrowTransport(t, "posting", start, std::current_exception());
     }
   }
-  ~GlooSend() override { Settle(); }
+  ~GlooSend() override {
+    Settle();
+    if (completed()) pool_->Give(std::move(frame_));
+  }
 
  private:
   void DoWait(Clock::time_point start) override {
     const auto deadline = start + t_.timeout;
-    WaitBuffer(*frame_buf_, t_, "sending the frame", start, deadline);
+    WaitBuffer(*frame_.buffer, t_, "sending the frame", start, deadline);
     if (payload_buf_) WaitBuffer(*payload_buf_, t_, "sending the payload", start, deadline);
   }
 
-  size_t frame_size_ = 0;
-  std::unique_ptr<std::byte[]> frame_;  // declared before the buffers that point into it
-  std::unique_ptr<UnboundBuffer> frame_buf_;
+  std::shared_ptr<FramePool> pool_;
+  FramePool::Frame frame_;
   std::unique_ptr<UnboundBuffer> payload_buf_;
 };
 
@@ -205,20 +265,21 @@ class GlooSend final : public GlooRequest {
 // size up to `max_bytes`, written to *out.
 class GlooRecv final : public GlooRequest {
  public:
-  GlooRecv(gloo::Context& ctx, Transfer t, std::span<std::byte> exact, ByteBuffer* out,
-           uint64_t max_bytes, uint64_t eager_bytes, ByteCounters* counters)
+  GlooRecv(gloo::Context& ctx, std::shared_ptr<FramePool> pool, Transfer t,
+           std::span<std::byte> exact, ByteBuffer* out, uint64_t max_bytes, uint64_t eager_bytes,
+           ByteCounters* counters)
       : GlooRequest(t),
         ctx_(ctx),
+        pool_(std::move(pool)),
         eager_bytes_(eager_bytes),
         exact_(exact),
         out_(out),
         max_bytes_(max_bytes),
-        counters_(counters),
-        frame_(std::make_unique_for_overwrite<std::byte[]>(kFrameHeader + eager_bytes)) {
+        counters_(counters) {
     const auto start = Clock::now();
     try {
-      frame_buf_ = ctx.createUnboundBuffer(frame_.get(), kFrameHeader + eager_bytes_);
-      frame_buf_->recv(t.peer, FrameSlot(t.tag));
+      frame_ = pool_->Take();
+      frame_.buffer->recv(t.peer, FrameSlot(t.tag), 0, kFrameHeader + eager_bytes_);
       if (!out_ && exact.size() > eager_bytes_) {  // the size is known: post it now
         payload_buf_ = ctx.createUnboundBuffer(exact.data(), exact.size());
         payload_buf_->recv(t.peer, PayloadSlot(t.tag, exact.size()));
@@ -227,16 +288,19 @@ class GlooRecv final : public GlooRequest {
       ThrowTransport(t, "posting", start, std::current_exception());
     }
   }
-  ~GlooRecv() override { Settle(); }
+  ~GlooRecv() override {
+    Settle();
+    if (completed()) pool_->Give(std::move(frame_));
+  }
 
  private:
   void DoWait(Clock::time_point start) override {
     const auto deadline = start + t_.timeout;
-    WaitBuffer(*frame_buf_, t_, "waiting for the frame", start, deadline);
+    WaitBuffer(*frame_.buffer, t_, "waiting for the frame", start, deadline);
     uint64_t length = 0;
-    std::memcpy(&length, frame_.get(), kFrameHeader);
+    std::memcpy(&length, frame_.memory.get(), kFrameHeader);
     CheckLength(length, start, deadline);
-    const std::byte* eager = frame_.get() + kFrameHeader;
+    const std::byte* eager = frame_.memory.get() + kFrameHeader;
     if (out_) {
       out_->resize(length);
       if (length <= eager_bytes_) {
@@ -296,13 +360,13 @@ class GlooRecv final : public GlooRequest {
   }
 
   gloo::Context& ctx_;
+  std::shared_ptr<FramePool> pool_;
   uint64_t eager_bytes_;
   std::span<std::byte> exact_;
   ByteBuffer* out_;
   uint64_t max_bytes_;
   ByteCounters* counters_;
-  std::unique_ptr<std::byte[]> frame_;  // declared before the buffers that point into it
-  std::unique_ptr<UnboundBuffer> frame_buf_;
+  FramePool::Frame frame_;
   std::unique_ptr<UnboundBuffer> payload_buf_;
 };
 
@@ -312,11 +376,12 @@ class GlooCommunicator final : public Communicator {
       : Communicator(rank, size, timeout),
         ctx_(std::move(ctx)),
         eager_bytes_(EagerBytes(size)),
+        pool_(std::make_shared<FramePool>(ctx_, kFrameHeader + eager_bytes_)),
         request_timeout_(timeout) {}
 
   std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
     const Transfer t = Check(peer, tag, data.size(), /*is_send=*/true);
-    auto req = std::make_unique<GlooSend>(*ctx_, t, data, eager_bytes_);
+    auto req = std::make_unique<GlooSend>(*ctx_, pool_, t, data, eager_bytes_);
     mutable_counters().AddSent(peer, data.size());
     mutable_counters().AddMessage();
     return req;
@@ -324,7 +389,7 @@ class GlooCommunicator final : public Communicator {
 
   std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
     const Transfer t = Check(peer, tag, data.size(), /*is_send=*/false);
-    return std::make_unique<GlooRecv>(*ctx_, t, data, nullptr, 0, eager_bytes_,
+    return std::make_unique<GlooRecv>(*ctx_, pool_, t, data, nullptr, 0, eager_bytes_,
                                       &mutable_counters());
   }
 
@@ -334,7 +399,7 @@ class GlooCommunicator final : public Communicator {
       throw InvalidArgument(Where{rank()}, "RecvUpTo: max_bytes ", max_bytes, " is negative");
     }
     const Transfer t = Check(peer, tag, static_cast<uint64_t>(max_bytes), /*is_send=*/false);
-    return std::make_unique<GlooRecv>(*ctx_, t, std::span<std::byte>(), &out,
+    return std::make_unique<GlooRecv>(*ctx_, pool_, t, std::span<std::byte>(), &out,
                                       static_cast<uint64_t>(max_bytes), eager_bytes_,
                                       &mutable_counters());
   }
@@ -354,6 +419,7 @@ class GlooCommunicator final : public Communicator {
 
   std::shared_ptr<gloo::Context> ctx_;
   uint64_t eager_bytes_;
+  std::shared_ptr<FramePool> pool_;
   Millis request_timeout_;
 };
 
