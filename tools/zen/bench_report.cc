@@ -82,8 +82,9 @@ void PrintReport(const nlohmann::json& report) {
     if (a.value("measured", false)) {
       std::printf("fastest of its timed shortlist (median ms:");
       for (const auto& t : a["trials"]) {
-        std::printf(" %s %.3f", t["scheme"].get<std::string>().c_str(),
-                    1e3 * t["median_s"].get<double>());
+        std::printf(" %s %.3f (%zu call%s%s)", t["scheme"].get<std::string>().c_str(),
+                    1e3 * t["median_s"].get<double>(), t["times_s"].size(),
+                    t["times_s"].size() == 1 ? "" : "s", t.value("dropped", false) ? ", dropped" : "");
       }
       std::printf("; %d trial calls added to the warm-up; the model predicted %s)\n",
                   a.value("extra_warmup_calls", 0), a["predicted"].get<std::string>().c_str());

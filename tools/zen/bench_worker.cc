@@ -105,7 +105,12 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
       a["predicted"] = d->predicted;
       a["measured"] = d->measured;
       json trials = json::array();
-      for (const AutoTrial& t : d->trials) trials.push_back({{"scheme", t.scheme}, {"median_s", t.median_s}});
+      for (const AutoTrial& t : d->trials) {
+        trials.push_back({{"scheme", t.scheme},
+                          {"median_s", t.median_s},
+                          {"times_s", t.times_s},
+                          {"dropped", t.dropped}});
+      }
       a["trials"] = trials;
     }
     out["auto"] = a;

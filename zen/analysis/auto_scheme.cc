@@ -28,11 +28,14 @@ bool SameSchemes(std::vector<std::string> a, std::vector<std::string> b) {
   return a == b;
 }
 
-// The lowest median; ties go to the earlier (faster predicted) candidate.
+// The lowest median of the candidates still timed; ties go to the earlier
+// (faster predicted) one.
 const std::string& FastestTrial(const std::vector<AutoTrial>& trials) {
-  return std::min_element(trials.begin(), trials.end(),
-                          [](const AutoTrial& a, const AutoTrial& b) { return a.median_s < b.median_s; })
-      ->scheme;
+  const AutoTrial* best = nullptr;
+  for (const AutoTrial& t : trials) {
+    if (!t.dropped && (best == nullptr || t.median_s < best->median_s)) best = &t;
+  }
+  return best->scheme;
 }
 
 double Median(std::vector<double> v) {
@@ -63,7 +66,7 @@ const AutoDecision* AutoScheme::decision(std::string_view tensor) const {
 bool AutoScheme::settled(std::string_view tensor) const {
   const auto key = last_key_.find(tensor);
   if (key == last_key_.end()) return true;
-  return tensors_.find(key->second)->second.trial_call < 0;
+  return !tensors_.find(key->second)->second.trying;
 }
 
 Scheme& AutoScheme::Chosen(const std::string& id) {
@@ -109,17 +112,22 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
     d.shortlist.clear();
     d.trials.clear();
     d.measured = false;
-    state.trial_call = -1;
+    state.trying = false;
   } else if (d.measured && SameSchemes(shortlist, d.shortlist)) {
     // The same shortlist as the last trials: their winner stands.
     d.chosen = FastestTrial(d.trials);
-  } else if (state.trial_call < 0 || !SameSchemes(shortlist, d.shortlist)) {
+  } else if (!state.trying || !SameSchemes(shortlist, d.shortlist)) {
     // A new shortlist: time it from this call on.
     d.shortlist = std::move(shortlist);
     d.trials.clear();
+    for (const std::string& id : d.shortlist) d.trials.push_back({id, {}, 0, false});
     d.measured = false;
-    state.trial_call = 0;
-    state.local_times.clear();
+    state.trying = true;
+    state.live.resize(d.shortlist.size());
+    std::iota(state.live.begin(), state.live.end(), size_t{0});
+    state.next = 0;
+    state.rounds = 0;
+    state.round_times.clear();
   }
   if (options_.log && rank == 0) Log(FormatDecision(d));
 }
@@ -148,30 +156,27 @@ std::vector<std::string> AutoScheme::Shortlist(const AutoDecision& d) const {
 }
 
 SparseTensor AutoScheme::RunTrial(TensorState& state, Communicator& comm, const SparseTensor& local) {
-  const std::vector<std::string>& list = state.decision.shortlist;
-  const std::string& id = list[static_cast<size_t>(state.trial_call) % list.size()];
-  Scheme& scheme = Chosen(id);
+  Scheme& scheme = Chosen(state.decision.shortlist[state.live[state.next]]);
   const auto t0 = std::chrono::steady_clock::now();
   SparseTensor sum = Dispatch(scheme, comm, local);
   const auto t1 = std::chrono::steady_clock::now();
-  state.local_times.push_back(std::chrono::duration<double>(t1 - t0).count());
-  ++state.trial_call;
-  const int64_t calls = static_cast<int64_t>(list.size()) * std::max(1, options_.trial.calls_each);
-  if (state.trial_call >= calls) EndTrials(state, comm);
+  state.round_times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  if (++state.next == state.live.size()) EndRound(state, comm);
   return sum;
 }
 
-void AutoScheme::EndTrials(TensorState& state, Communicator& comm) {
+void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
   AutoDecision& d = state.decision;
-  const size_t calls = state.local_times.size();
+  const size_t calls = state.round_times.size();
   const auto gathered =
-      AllGatherV(comm, std::as_bytes(std::span<const double>(state.local_times)));
+      AllGatherV(comm, std::as_bytes(std::span<const double>(state.round_times)));
   // Per call, the slowest rank's time (every rank computes the same).
   std::vector<double> slowest(calls, 0.0);
   for (size_t r = 0; r < gathered.size(); ++r) {
     if (gathered[r].size() != calls * sizeof(double)) {
       throw FormatError(Where{comm.rank(), d.tensor}, "auto: rank ", r, " timed ",
-                        gathered[r].size() / sizeof(double), " trial calls, this rank ", calls);
+                        gathered[r].size() / sizeof(double), " trial calls in this round, this rank ",
+                        calls);
     }
     for (size_t i = 0; i < calls; ++i) {
       double t;
@@ -179,17 +184,30 @@ void AutoScheme::EndTrials(TensorState& state, Communicator& comm) {
       slowest[i] = std::max(slowest[i], t);
     }
   }
-  d.trials.clear();
-  for (size_t k = 0; k < d.shortlist.size(); ++k) {
-    AutoTrial trial{d.shortlist[k], {}, 0};
-    for (size_t i = k; i < calls; i += d.shortlist.size()) trial.times_s.push_back(slowest[i]);
-    trial.median_s = Median(trial.times_s);
-    d.trials.push_back(std::move(trial));
+  double best = -1;
+  for (size_t i = 0; i < calls; ++i) {
+    AutoTrial& t = d.trials[state.live[i]];
+    t.times_s.push_back(slowest[i]);
+    t.median_s = Median(t.times_s);
+    if (best < 0 || t.median_s < best) best = t.median_s;
   }
+  // Candidates far behind the best so far are not timed again.
+  std::vector<size_t> live;
+  for (size_t k : state.live) {
+    if (d.trials[k].median_s > options_.trial.drop * best) {
+      d.trials[k].dropped = true;
+    } else {
+      live.push_back(k);
+    }
+  }
+  state.live = std::move(live);
+  state.next = 0;
+  state.round_times.clear();
+  ++state.rounds;
+  if (state.rounds < std::max(1, options_.trial.calls_each) && state.live.size() > 1) return;
   d.chosen = FastestTrial(d.trials);
   d.measured = true;
-  state.trial_call = -1;
-  state.local_times.clear();
+  state.trying = false;
   if (options_.log && comm.rank() == 0) Log(FormatDecision(d));
 }
 
@@ -206,7 +224,7 @@ SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     return Dispatch(Chosen(options_.force), comm, local);
   }
   if (state.profiler.Observe(comm, local)) Decide(state, local, comm.rank());
-  if (state.trial_call >= 0) return RunTrial(state, comm, local);
+  if (state.trying) return RunTrial(state, comm, local);
   return Dispatch(Chosen(state.decision.chosen), comm, local);
 }
 
@@ -231,7 +249,10 @@ std::string FormatDecision(const AutoDecision& d) {
     const auto trial = std::find_if(d.trials.begin(), d.trials.end(),
                                     [&](const AutoTrial& t) { return t.scheme == p.scheme; });
     char measured[32] = "-";
-    if (trial != d.trials.end()) std::snprintf(measured, sizeof measured, "%.2f", trial->median_s * 1e6);
+    if (trial != d.trials.end() && !trial->times_s.empty()) {
+      std::snprintf(measured, sizeof measured, "%.2f%s", trial->median_s * 1e6,
+                    trial->dropped ? " x" : "");
+    }
     std::snprintf(line, sizeof line, "  %-12s %14.0f %14.0f %12.2f %12s%s\n", p.scheme.c_str(),
                   p.recv_max, p.recv_mean, p.time_s * 1e6, measured,
                   p.scheme == d.chosen ? "  <" : (refused ? "  (not supported)" : ""));

@@ -17,17 +17,20 @@
 // costs in CPU on this machine, which decides small tensors. So the model
 // only shortlists: the fastest predicted candidates (AutoTrialOptions: at
 // most `candidates`, each predicted within `within` x the best) then run
-// the tensor's next calls in turn, `calls_each` calls each, interleaved
-// (A B C A B C ...). Each rank times its own calls; after the last trial
-// call one AllGatherV (8 bytes per trial call and rank) gives every rank
-// all times, the slowest rank's time counts per call, and the candidate
-// with the lowest median wins, on every rank alike (ties: the earlier
-// prediction). Every trial call returns the exact sum (they run real
+// the tensor's next calls in rounds, one call per candidate and round
+// (A B C A B C ...). Each rank times its own calls; after each round one
+// AllGatherV (8 bytes per call and rank) gives every rank all times, the
+// slowest rank's time counts per call, and a candidate whose median so far
+// exceeds `drop` x the best's is not timed again (a clearly slower scheme
+// costs one call, not `calls_each`). After `calls_each` rounds, or when one
+// candidate is left, the lowest median wins, on every rank alike (ties:
+// the earlier prediction). Every trial call returns the exact sum (they run real
 // schemes); only their speed differs. A later profile that shortlists the
 // same candidates (in any order) keeps the measured winner; a different
 // shortlist is timed again. With one candidate (or `candidates` <= 1)
-// nothing is timed. Defaults: 3 candidates within 4x, 5 calls each, i.e.
-// the first 15 calls of a tensor (AutoScheme::settled() says when done).
+// nothing is timed. Defaults: 3 candidates within 4x, at most 5 rounds,
+// drop at 1.5x, i.e. at most the first 15 calls of a tensor
+// (AutoScheme::settled() says when the timing is over).
 //
 // Configuration is passed in (AutoOptions); the library reads no environment
 // variable. AutoOptionsFromVariables() maps ZEN_SCHEME / ZEN_LOG for the
@@ -63,7 +66,9 @@ namespace zen {
 struct AutoTrialOptions {
   int candidates = 3;     // at most this many; <= 1: the model's choice, untimed
   double within = 4.0;    // only candidates predicted within this factor of the best
-  int calls_each = 5;     // timed calls per candidate (>= 1)
+  int calls_each = 5;     // timed calls per candidate at most (>= 1)
+  double drop = 1.5;      // after each round, candidates whose median exceeds
+                          // this factor x the best's are not timed again
 };
 
 struct AutoOptions {
@@ -83,6 +88,7 @@ struct AutoTrial {
   std::string scheme;
   std::vector<double> times_s;
   double median_s = 0;
+  bool dropped = false;  // fell behind by more than AutoTrialOptions::drop
 };
 
 // One decision: the predictions it compared, the trials and the winner.
@@ -126,14 +132,17 @@ class AutoScheme final : public Scheme {
     explicit TensorState(const ProfilerOptions& o) : profiler(o) {}
     Profiler profiler;
     AutoDecision decision;
-    int64_t trial_call = -1;          // next trial call; -1: not trying
-    std::vector<double> local_times;  // this rank's trial times, in call order
+    bool trying = false;              // timing the shortlist
+    std::vector<size_t> live;         // shortlist positions still timed
+    size_t next = 0;                  // position in `live` of the next call
+    int rounds = 0;                   // rounds timed
+    std::vector<double> round_times;  // this rank's times in this round
   };
 
   void Decide(TensorState& state, const SparseTensor& local, int rank);
   std::vector<std::string> Shortlist(const AutoDecision& d) const;
   SparseTensor RunTrial(TensorState& state, Communicator& comm, const SparseTensor& local);
-  void EndTrials(TensorState& state, Communicator& comm);
+  void EndRound(TensorState& state, Communicator& comm);
   Scheme& Chosen(const std::string& id);
   void Log(const std::string& text) const;
 

@@ -277,69 +277,95 @@ TEST(AutoSchemeTest, TimedShortlistOverrulesAWrongPrediction) {
   const auto inputs = GenerateSynthetic(
       ParseSyntheticSpec("zipf:rows=5000,width=8,density=0.02,skew=1.1,seed=9"), 3);
   const DenseReference reference(inputs);
-  std::atomic<int> slow_calls{0};
-  SchemeRegistry reg = BuiltinSchemes();
-  SchemeInfo slow{"slow", "predicted free", [&](const SchemeOptions&) -> std::unique_ptr<Scheme> {
-                    return std::make_unique<SlowScheme>(&slow_calls);
-                  }};
-  slow.cost = [](const CostInputs& in) { return NewVolumes(in); };
-  reg.Add(slow);
-  std::mutex mu;
-  std::vector<std::string> chosen(3);
-  std::string log;
-  testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
-    AutoOptions options;
-    options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/12};
-    options.trial = {/*candidates=*/3, /*within=*/1e9, /*calls_each=*/3};
-    options.log = true;
-    options.log_sink = [&](const std::string& line) {
-      std::lock_guard lock(mu);
-      log += line;
-    };
-    AutoScheme scheme(reg, options);
-    const size_t r = static_cast<size_t>(comm.rank());
-    const std::string& name = inputs[r].name();
-    EXPECT_TRUE(scheme.settled(name));  // before its first call
-    for (int call = 0; call < 14; ++call) {
-      const Agreement a = reference.Compare(scheme.Sync(comm, inputs[r]));
-      std::lock_guard lock(mu);
-      EXPECT_LE(a.max_rel_error, 1e-5) << "call " << call;
-      EXPECT_EQ(a.rows_mismatch, 0) << "call " << call;
-      // 3 candidates x 3 calls: calls 0..8 are trials; call 12 profiles
-      // again, shortlists the same candidates and keeps the winner.
-      EXPECT_EQ(scheme.settled(name), call >= 8) << "call " << call;
-    }
-    const AutoDecision* d = scheme.decision(name);
-    std::lock_guard lock(mu);
-    ASSERT_NE(d, nullptr);
-    EXPECT_EQ(d->predicted, "slow");
-    EXPECT_TRUE(d->measured);
-    EXPECT_NE(d->chosen, "slow");
-    ASSERT_EQ(d->shortlist.size(), 3u);
-    EXPECT_EQ(d->shortlist[0], "slow");
-    ASSERT_EQ(d->trials.size(), 3u);
-    for (const AutoTrial& t : d->trials) {
-      EXPECT_EQ(t.times_s.size(), 3u) << t.scheme;
-      if (t.scheme == "slow") {
-        // Rank 1's delay counts on every rank: the slowest rank's time.
-        for (double s : t.times_s) EXPECT_GE(s, 0.02) << "the slowest rank's time counts";
+  // drop = 1e9: every candidate timed in every round (calls 0..8); the
+  // default 1.5: the slow scheme (20 ms against well under 1 ms) is dropped
+  // after its first call.
+  for (const double drop : {1e9, 1.5}) {
+    SCOPED_TRACE(drop);
+    const bool keep_all = drop > 1e6;
+    std::atomic<int> slow_calls{0};
+    SchemeRegistry reg = BuiltinSchemes();
+    SchemeInfo slow{"slow", "predicted free", [&](const SchemeOptions&) -> std::unique_ptr<Scheme> {
+                      return std::make_unique<SlowScheme>(&slow_calls);
+                    }};
+    slow.cost = [](const CostInputs& in) { return NewVolumes(in); };
+    reg.Add(slow);
+    std::mutex mu;
+    std::vector<std::string> chosen(3);
+    std::string log;
+    testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
+      AutoOptions options;
+      options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/12};
+      options.trial = {/*candidates=*/3, /*within=*/1e9, /*calls_each=*/3, drop};
+      options.log = true;
+      options.log_sink = [&](const std::string& line) {
+        std::lock_guard lock(mu);
+        log += line;
+      };
+      AutoScheme scheme(reg, options);
+      const size_t r = static_cast<size_t>(comm.rank());
+      const std::string& name = inputs[r].name();
+      EXPECT_TRUE(scheme.settled(name));  // before its first call
+      bool was_settled = false;
+      for (int call = 0; call < 14; ++call) {
+        const Agreement a = reference.Compare(scheme.Sync(comm, inputs[r]));
+        std::lock_guard lock(mu);
+        EXPECT_LE(a.max_rel_error, 1e-5) << "call " << call;
+        EXPECT_EQ(a.rows_mismatch, 0) << "call " << call;
+        // 3 candidates x 3 rounds: calls 0..8 at most; call 12 profiles
+        // again, shortlists the same candidates and keeps the winner.
+        const bool settled = scheme.settled(name);
+        if (keep_all) {
+          EXPECT_EQ(settled, call >= 8) << "call " << call;
+        }
+        if (call >= 8) {
+          EXPECT_TRUE(settled) << "call " << call;
+        }
+        if (was_settled) {
+          EXPECT_TRUE(settled) << "call " << call << ": timing again";
+        }
+        was_settled = settled;
       }
-      if (t.scheme == d->chosen) {
-        for (const AutoTrial& u : d->trials) EXPECT_LE(t.median_s, u.median_s);
+      const AutoDecision* d = scheme.decision(name);
+      std::lock_guard lock(mu);
+      ASSERT_NE(d, nullptr);
+      EXPECT_EQ(d->predicted, "slow");
+      EXPECT_TRUE(d->measured);
+      EXPECT_NE(d->chosen, "slow");
+      ASSERT_EQ(d->shortlist.size(), 3u);
+      EXPECT_EQ(d->shortlist[0], "slow");
+      ASSERT_EQ(d->trials.size(), 3u);
+      for (const AutoTrial& t : d->trials) {
+        if (t.scheme == "slow") {
+          EXPECT_EQ(t.times_s.size(), keep_all ? 3u : 1u);
+          EXPECT_EQ(t.dropped, !keep_all);
+          // Rank 1's delay counts on every rank: the slowest rank's time.
+          for (double s : t.times_s) EXPECT_GE(s, 0.02) << "the slowest rank's time counts";
+        } else if (keep_all) {
+          EXPECT_EQ(t.times_s.size(), 3u) << t.scheme;
+        }
+        if (t.scheme == d->chosen) {
+          EXPECT_FALSE(t.dropped);
+          for (const AutoTrial& u : d->trials) {
+            if (!u.dropped) {
+              EXPECT_LE(t.median_s, u.median_s);
+            }
+          }
+        }
       }
-    }
-    chosen[r] = d->chosen;
-  });
-  EXPECT_EQ(chosen, std::vector<std::string>(3, chosen[0]));
-  // 3 ranks x 3 trial calls, and never again once measured.
-  EXPECT_EQ(slow_calls.load(), 9);
-  EXPECT_NE(log.find("(measured)"), std::string::npos) << log;
-  EXPECT_NE(log.find("measured_us"), std::string::npos) << log;
+      chosen[r] = d->chosen;
+    });
+    EXPECT_EQ(chosen, std::vector<std::string>(3, chosen[0]));
+    // Per rank: 3 timed calls, or 1 before it was dropped; never once measured.
+    EXPECT_EQ(slow_calls.load(), keep_all ? 9 : 3);
+    EXPECT_NE(log.find("(measured)"), std::string::npos) << log;
+    EXPECT_NE(log.find("measured_us"), std::string::npos) << log;
+  }
 }
 
 TEST(AutoSchemeTest, OneShortlistedCandidateIsNotTimed) {
   const auto inputs = GenerateSynthetic(ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.05"), 2);
-  for (const AutoTrialOptions trial : {AutoTrialOptions{1, 4.0, 3}, AutoTrialOptions{3, 1.0, 3}}) {
+  for (const AutoTrialOptions trial : {AutoTrialOptions{1, 4.0, 3, 1.5}, AutoTrialOptions{3, 1.0, 3, 1.5}}) {
     testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
       AutoOptions options;
       options.trial = trial;
