@@ -17,9 +17,11 @@
 // may end with a dict of options: "scheme" (this tensor's scheme id),
 // "dtype" (the caller's dtype before conversion to float32, compared across
 // ranks), "values" ("bf16"/"fp16": values at half width on the wire,
-// summed in float32) and "sum_order" ([(first element, start rank), ...]:
-// the order ranks' values are added in, ZenScheme::set_sum_order); the
-// last two need scheme zen, which "auto" then means.
+// summed in float32), "sum_order" ([(first element, start rank), ...]:
+// the order ranks' values are added in, ZenScheme::set_sum_order; these two
+// need scheme zen, which "auto" then means) and "rank_order" (True: the sum
+// is added in ascending rank order, bit for bit; "auto" then chooses among
+// the schemes that do, BatchTensor::rank_order).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -136,6 +138,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
         if (error.empty()) error = "values must be 'fp32', 'bf16' or 'fp16', got '" + v + "'";
       }
     }
+    if (d.contains("rank_order")) t.rank_order = py::bool_(d["rank_order"]);
     if (d.contains("sum_order")) {
       // [(first element, start rank), ...]: the order ranks are added in.
       try {
@@ -324,7 +327,11 @@ void BindEngine(py::module_& m) {
           "decision",
           [](Context& c, const std::string& tensor) -> py::object {
             // Only between batches: the progress thread uses the scheme.
-            if (const auto* a = dynamic_cast<const AutoScheme*>(&c.scheme("auto"))) {
+            // The tensor's auto is the plain one or the rank-order one.
+            for (const bool rank_order : {false, true}) {
+              const auto* a = dynamic_cast<const AutoScheme*>(
+                  &c.scheme("auto", WireValues::kFloat32, rank_order));
+              if (a == nullptr) continue;
               if (const AutoDecision* d = a->decision(tensor)) return py::str(d->chosen);
             }
             return py::none();

@@ -180,7 +180,10 @@ class ZenState:
             result is plain DDP + Gloo's bit for bit (on 2 ranks every
             order gives the same float32 sum). Costs an ordered sum per
             element on the servers and means scheme zen where the scheme
-            is auto; False: zen's own order (ascending ranks) and auto's
+            is auto; a sparse bucket is summed in ascending rank order, as
+            Gloo's sparse allreduce does ('auto' then chooses among zen,
+            agsparse and omnireduce, the schemes that add in that order).
+            False: zen's own order (ascending ranks) and auto's free
             choice, with sums that may differ from DDP's in the last bit.
         timeline: True to record, per bucket call, when the hook started it
             and when its future was completed (time.perf_counter seconds)
@@ -479,6 +482,15 @@ def _ddp_order(state, buffer):
             and state.world_size >= 3 and state.scheme_id in ("auto", "zen"))
 
 
+def _ddp_rank_order(state):
+    """Whether a sparse bucket's sum must be added in ascending rank order
+    (what Gloo's sparse allreduce does, so plain DDP's bit for bit): float32
+    values and 3 or more ranks; 'auto' then chooses among the schemes that
+    sum so (zen, agsparse, omnireduce), never one that adds in another
+    order (sparcml's recursive doubling, sparse_ps)."""
+    return state.ddp_order and state.values == "fp32" and state.world_size >= 3
+
+
 def _with(item, options):
     return item + (options,) if options else item
 
@@ -667,7 +679,10 @@ def comm_hook(state, bucket):
         params = bucket.parameters()
         if len(params) == 1:
             name = state.param_name(params[0], name)
-        options = _item_options(state, {"dtype": _dtype_name(buffer.dtype)})
+        extra = {"dtype": _dtype_name(buffer.dtype)}
+        if _ddp_rank_order(state):
+            extra["rank_order"] = True
+        options = _item_options(state, extra)
         item, finish = _sparse_item(buffer, name, options, divisor=world)
         items, layout = [item], None
         step = _next_call(state, index)

@@ -53,6 +53,19 @@ AutoScheme::AutoScheme(SchemeRegistry registry, AutoOptions options)
   }
   if (options_.force == "auto") options_.force.clear();
   options_.profiler.block_values = options_.scheme.block_values;
+  if (options_.rank_order) {
+    std::vector<std::string> keep;
+    for (const SchemeInfo& s : registry_.schemes()) {
+      const bool listed = options_.candidates.empty() ||
+                          std::find(options_.candidates.begin(), options_.candidates.end(), s.id) !=
+                              options_.candidates.end();
+      if (s.rank_order && s.cost && listed) keep.push_back(s.id);
+    }
+    if (keep.empty()) {
+      throw InvalidArgument("auto: rank_order is asked, but no candidate scheme sums in rank order");
+    }
+    options_.candidates = std::move(keep);
+  }
 }
 
 std::string_view AutoScheme::description() const { return kDescription; }

@@ -78,6 +78,10 @@ struct AutoOptions {
   AutoTrialOptions trial;               // timing the shortlist
   std::string force;                    // a scheme id; empty (or "auto") = choose
   std::vector<std::string> candidates;  // empty = every registered, modeled scheme
+  // Only schemes whose sums are the ranks' values added in ascending rank
+  // order (SchemeInfo::rank_order): bit for bit PyTorch's Gloo sparse
+  // allreduce, whatever auto chooses or times.
+  bool rank_order = false;
   bool log = false;                     // rank 0 logs each decision
   // Where log lines go; empty = stderr.
   std::function<void(const std::string&)> log_sink = {};

@@ -46,7 +46,7 @@ std::vector<std::string> Fields(const BatchTensor& t, const std::string& fallbac
           t.dtype.empty() ? "float32" : t.dtype,
           t.scheme.empty() ? fallback : t.scheme,  // as asked (auto stays auto)
           WireValuesName(t.values),
-          SumOrderName(t.sum_order)};
+          t.rank_order && t.sum_order.empty() ? "ranks (required)" : SumOrderName(t.sum_order)};
 }
 constexpr const char* kFieldNames[] = {"name", "layout", "rows", "width", "dtype", "scheme",
                                        "values", "sum order"};
@@ -280,14 +280,25 @@ void Context::Drain() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
 }
 
-Scheme& Context::scheme(const std::string& id, WireValues values) {
+Scheme& Context::scheme(const std::string& id, WireValues values, bool rank_order) {
   std::lock_guard lock(schemes_mu_);
-  const std::string key = id + "/" + WireValuesName(values);
+  const std::string key = id + "/" + WireValuesName(values) + (rank_order ? "/rank-order" : "");
   auto it = schemes_.find(key);
   if (it == schemes_.end()) {
     SchemeOptions options = options_.scheme_options;
     options.wire_values = values;
-    std::unique_ptr<Scheme> s = AllSchemes().Create(id, options);
+    AutoOptions auto_options;
+    auto_options.rank_order = rank_order;
+    const SchemeRegistry registry = AllSchemes(auto_options);
+    if (rank_order && id != "auto") {
+      const SchemeInfo* info = registry.Find(id);
+      if (info != nullptr && !info->rank_order) {
+        throw InvalidArgument(Where{comm_->rank()}, "scheme ", id,
+                              " does not sum in rank order, which this tensor requires (schemes that "
+                              "do: auto, or those with SchemeInfo::rank_order)");
+      }
+    }
+    std::unique_ptr<Scheme> s = registry.Create(id, options);
     s->set_check_agreement(false);  // the batch's round did it
     it = schemes_.emplace(key, std::move(s)).first;
   }
@@ -330,7 +341,7 @@ void Context::Execute(const Job& job) {
   std::vector<BatchTensor>& tensors = *job.tensors;
   CheckBatchAgree(*comm_, job.name, tensors, options_.scheme);
   for (BatchTensor& t : tensors) {
-    Scheme& s = scheme(SchemeOf(t, options_.scheme), t.values);
+    Scheme& s = scheme(SchemeOf(t, options_.scheme), t.values, t.rank_order);
     if (t.kind == BatchTensor::Kind::kDense) {
       if (!t.sum_order.empty()) {
         auto* zen = dynamic_cast<ZenScheme*>(&s);

@@ -80,6 +80,12 @@ struct BatchTensor {
   // are plain DDP's bit for bit. Needs scheme zen ("auto" then means zen);
   // the ranks must agree.
   std::vector<std::pair<int64_t, int>> sum_order;
+  // The sum must be the ranks' values added in ascending rank order on
+  // every rank, bit for bit (PyTorch's Gloo sparse allreduce; zen.torch
+  // asks for it on DDP's sparse gradients): "auto" then chooses only among
+  // the schemes that sum so (SchemeInfo::rank_order), and another scheme
+  // that does not is InvalidArgument. The ranks must agree.
+  bool rank_order = false;
   // Set when this rank cannot synchronize the tensor (e.g. an unsupported
   // dtype seen by a binding): every rank then raises InvalidArgument for
   // the batch, this rank with this message.
@@ -163,7 +169,9 @@ class Context {
   // The scheme object the context uses for an id (created on first use);
   // e.g. to read ZenLastStats or an auto decision. Read it only while no
   // batch is in flight (the progress thread uses it).
-  Scheme& scheme(const std::string& id, WireValues values = WireValues::kFloat32);
+  // `rank_order`: the instance that honours BatchTensor::rank_order.
+  Scheme& scheme(const std::string& id, WireValues values = WireValues::kFloat32,
+                 bool rank_order = false);
 
  private:
   struct Job {

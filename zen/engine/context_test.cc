@@ -318,6 +318,64 @@ TEST_P(ContextTest, SumOrderIsAgreedAndUsesZen) {
   }
 }
 
+// BatchTensor::rank_order: the sparse sum is the ranks' values added in
+// ascending rank order, bit for bit, on every call (auto's timed calls
+// included: it times only schemes that sum so); a scheme that does not is
+// InvalidArgument on every rank.
+TEST_P(ContextTest, RankOrderIsHonouredOrRefused) {
+  const Bucket b;
+  const std::vector<SparseTensor>& in = b.inputs[3];
+  std::vector<float> want = in[0].ToDense();
+  for (int r = 1; r < kWorld; ++r) {
+    const std::vector<float> x = in[static_cast<size_t>(r)].ToDense();
+    for (size_t e = 0; e < want.size(); ++e) want[e] = want[e] + x[e];
+  }
+  const bool honours = GetParam() == "auto" || AllSchemes().Find(GetParam())->rank_order;
+  std::vector<std::string> refused(kWorld);
+  testing::RunRanks(
+      Backend::kInProc, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        Context ctx(comm, Opt(GetParam()));
+        for (int call = 0; call < 16; ++call) {  // past auto's timed calls
+          SparseTensor sum;
+          std::vector<BatchTensor> batch = {BatchTensor::Sparse(b.names[3], in[r], &sum)};
+          batch[0].rank_order = true;
+          try {
+            ctx.Sync("bucket", batch);
+          } catch (const InvalidArgument& e) {
+            std::lock_guard lock(mu_);
+            refused[r] = e.what();
+            return;
+          }
+          const std::vector<float> got = sum.ToDense();
+          std::lock_guard lock(mu_);
+          int64_t differ = 0;
+          for (size_t e = 0; e < want.size(); ++e) {
+            differ += std::bit_cast<uint32_t>(got[e]) != std::bit_cast<uint32_t>(want[e]);
+          }
+          ASSERT_EQ(differ, 0) << "rank " << r << " call " << call;
+        }
+        if (GetParam() == "auto") {
+          const auto& a = dynamic_cast<const AutoScheme&>(ctx.scheme("auto", WireValues::kFloat32, true));
+          const AutoDecision* d = a.decision(b.names[3]);
+          std::lock_guard lock(mu_);
+          ASSERT_NE(d, nullptr);
+          EXPECT_TRUE(AllSchemes().Find(d->chosen)->rank_order) << d->chosen;
+          for (const std::string& id : d->shortlist) EXPECT_TRUE(AllSchemes().Find(id)->rank_order) << id;
+        }
+      },
+      kTimeout);
+  for (int r = 0; r < kWorld; ++r) {
+    if (honours) {
+      EXPECT_EQ(refused[static_cast<size_t>(r)], "") << "rank " << r;
+    } else {
+      EXPECT_NE(refused[static_cast<size_t>(r)].find("does not sum in rank order"), std::string::npos)
+          << "rank " << r << ": " << refused[static_cast<size_t>(r)];
+    }
+  }
+}
+
 // A rank that cannot take part (e.g. a dtype its binding refused) fails the
 // batch on every rank with InvalidArgument; the next batch works.
 TEST_P(ContextTest, RejectedInputFailsEveryRank) {

@@ -41,9 +41,11 @@ class AgSparse final : public Scheme {
 }  // namespace
 
 SchemeInfo AgSparseInfo() {
-  return {"agsparse",
-          "AllGather of COO ids and values, merged locally (PyTorch Gloo / Horovod / DeepSpeed)",
-          [](const SchemeOptions&) { return std::make_unique<AgSparse>(); }};
+  SchemeInfo info{"agsparse",
+                  "AllGather of COO ids and values, merged locally (PyTorch Gloo / Horovod / DeepSpeed)",
+                  [](const SchemeOptions&) { return std::make_unique<AgSparse>(); }};
+  info.rank_order = true;  // every rank merges all gathered tensors in rank order
+  return info;
 }
 
 }  // namespace zen

@@ -3,7 +3,9 @@
 // New schemes join this grid by being registered.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cctype>
+#include <cstdint>
 #include <mutex>
 #include <tuple>
 
@@ -115,6 +117,47 @@ std::vector<Case> Grid() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, AllSchemesTest, ::testing::ValuesIn(Grid()), CaseName);
+
+// A scheme whose entry says rank_order returns, on every rank, the ranks'
+// values added in ascending rank order, bit for bit: the independent
+// reference is that order written out, ((x0 + x1) + x2) + ..., per element.
+TEST(RankOrder, SchemesThatSaySoSumInAscendingRankOrderBitForBit) {
+  int flagged = 0;
+  for (const SchemeInfo& info : BuiltinSchemes().schemes()) {
+    if (!info.rank_order) continue;
+    ++flagged;
+    for (int world : {3, 4, 8}) {
+      for (int64_t width : {1, 8}) {
+        SCOPED_TRACE(info.id + " n=" + std::to_string(world) + " width " + std::to_string(width));
+        SyntheticSpec spec;
+        spec.rows = width == 1 ? 20000 : 3000;
+        spec.width = width;
+        spec.density = 0.3;
+        spec.skew = 1.1;
+        spec.seed = 17;
+        const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, world);
+        std::vector<float> want = inputs[0].ToDense();
+        for (int r = 1; r < world; ++r) {
+          const std::vector<float> x = inputs[static_cast<size_t>(r)].ToDense();
+          for (size_t e = 0; e < want.size(); ++e) want[e] = want[e] + x[e];
+        }
+        std::mutex mu;
+        testing::RunRanks(Backend::kInProc, world, [&](Communicator& comm) {
+          const std::vector<float> got =
+              info.factory({})->Sync(comm, inputs[static_cast<size_t>(comm.rank())]).ToDense();
+          std::lock_guard lock(mu);
+          ASSERT_EQ(got.size(), want.size());
+          int64_t differ = 0;
+          for (size_t e = 0; e < want.size(); ++e) {
+            differ += std::bit_cast<uint32_t>(got[e]) != std::bit_cast<uint32_t>(want[e]);
+          }
+          EXPECT_EQ(differ, 0) << "rank " << comm.rank();
+        });
+      }
+    }
+  }
+  EXPECT_GE(flagged, 1);
+}
 
 }  // namespace
 }  // namespace zen

@@ -271,8 +271,10 @@ size_t OmniBlockRecordBytes(int64_t block, int64_t rows, int64_t width, int64_t 
 }
 
 SchemeInfo OmniReduceInfo() {
-  return {"omnireduce", kDescription,
-          [](const SchemeOptions& o) { return std::make_unique<OmniReduce>(o.block_values); }};
+  SchemeInfo info{"omnireduce", kDescription,
+                  [](const SchemeOptions& o) { return std::make_unique<OmniReduce>(o.block_values); }};
+  info.rank_order = true;  // each block's owner adds the ranks' blocks in rank order
+  return info;
 }
 
 }  // namespace zen

@@ -45,6 +45,12 @@ struct SchemeInfo {
   SchemeCost cost = {};
   // Empty: a built instance is asked (Scheme::supports).
   SchemeSupports supports = {};
+  // True when every rank's float32 sum of a sparse input is the ranks'
+  // values added in ascending rank order, ((x0 + x1) + x2) + ..., bit for
+  // bit (what PyTorch's Gloo sparse allreduce computes; checked for every
+  // entry that says so by all_schemes_test.cc). `auto` with
+  // AutoOptions::rank_order chooses only among these.
+  bool rank_order = false;
 };
 
 // The outcome of SchemeRegistry::Select.

@@ -485,12 +485,14 @@ const ZenStats* ZenLastStats(const Scheme& s) {
 }
 
 SchemeInfo ZenInfo() {
-  return {"zen",
-          "ZEN Balanced Parallelism: hash-partitioned push (COO) + hash-bitmap pull; dense "
-          "buffers extracted by hierarchical hashing",
-          [](const SchemeOptions& o) -> std::unique_ptr<Scheme> {
-            return std::make_unique<ZenScheme>(o);
-          }};
+  SchemeInfo info{"zen",
+                  "ZEN Balanced Parallelism: hash-partitioned push (COO) + hash-bitmap pull; dense "
+                  "buffers extracted by hierarchical hashing",
+                  [](const SchemeOptions& o) -> std::unique_ptr<Scheme> {
+                    return std::make_unique<ZenScheme>(o);
+                  }};
+  info.rank_order = true;  // each server merges its partition's pushes in rank order
+  return info;
 }
 
 }  // namespace zen
