@@ -145,7 +145,7 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
   if (options_.log && rank == 0) Log(FormatDecision(d));
 }
 
-std::vector<std::string> AutoScheme::Shortlist(const AutoDecision& d) const {
+std::vector<std::string> AutoScheme::Shortlist(const AutoDecision& d) {
   std::vector<std::string> out;
   if (options_.trial.candidates <= 1 || d.profile.sparsity.world_size < 2) return out;
   std::vector<const Prediction*> order;
@@ -159,8 +159,7 @@ std::vector<std::string> AutoScheme::Shortlist(const AutoDecision& d) const {
     if (p->time_s > options_.trial.within * best) break;
     const SchemeInfo* info = registry_.Find(p->scheme);
     const Support yes = info->supports ? info->supports(d.profile.sparsity)
-                                       : const_cast<AutoScheme*>(this)->Chosen(p->scheme).supports(
-                                             d.profile.sparsity);
+                                       : Chosen(p->scheme).supports(d.profile.sparsity);
     if (!yes.ok) continue;
     out.push_back(p->scheme);
     if (static_cast<int>(out.size()) >= options_.trial.candidates) break;

@@ -144,7 +144,9 @@ class AutoScheme final : public Scheme {
   };
 
   void Decide(TensorState& state, const SparseTensor& local, int rank);
-  std::vector<std::string> Shortlist(const AutoDecision& d) const;
+  // The candidates to time, fastest predicted first (asks instances, so
+  // not const).
+  std::vector<std::string> Shortlist(const AutoDecision& d);
   SparseTensor RunTrial(TensorState& state, Communicator& comm, const SparseTensor& local);
   void EndRound(TensorState& state, Communicator& comm);
   Scheme& Chosen(const std::string& id);
