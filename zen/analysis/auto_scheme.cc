@@ -79,7 +79,7 @@ const AutoDecision* AutoScheme::decision(std::string_view tensor) const {
 bool AutoScheme::settled(std::string_view tensor) const {
   const auto key = last_key_.find(tensor);
   if (key == last_key_.end()) return true;
-  return !tensors_.find(key->second)->second.trying;
+  return !tensors_.find(key->second)->second.trying();
 }
 
 Scheme& AutoScheme::Chosen(const std::string& id) {
@@ -125,17 +125,16 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
     d.shortlist.clear();
     d.trials.clear();
     d.measured = false;
-    state.trying = false;
+    state.live.clear();
   } else if (d.measured && SameSchemes(shortlist, d.shortlist)) {
     // The same shortlist as the last trials: their winner stands.
     d.chosen = FastestTrial(d.trials);
-  } else if (!state.trying || !SameSchemes(shortlist, d.shortlist)) {
+  } else if (!state.trying() || !SameSchemes(shortlist, d.shortlist)) {
     // A new shortlist: time it from this call on.
     d.shortlist = std::move(shortlist);
     d.trials.clear();
     for (const std::string& id : d.shortlist) d.trials.push_back({id, {}, 0, false});
     d.measured = false;
-    state.trying = true;
     state.live.resize(d.shortlist.size());
     std::iota(state.live.begin(), state.live.end(), size_t{0});
     state.next = 0;
@@ -206,7 +205,8 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
   // Candidates far behind the best so far are not timed again.
   std::vector<size_t> live;
   for (size_t k : state.live) {
-    if (d.trials[k].median_s > options_.trial.drop * best) {
+    // (The best itself always stays, whatever `drop` is.)
+    if (d.trials[k].median_s > options_.trial.drop * best && d.trials[k].median_s > best) {
       d.trials[k].dropped = true;
     } else {
       live.push_back(k);
@@ -219,7 +219,7 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
   if (state.rounds < std::max(1, options_.trial.calls_each) && state.live.size() > 1) return;
   d.chosen = FastestTrial(d.trials);
   d.measured = true;
-  state.trying = false;
+  state.live.clear();  // the timing is over
   if (options_.log && comm.rank() == 0) Log(FormatDecision(d));
 }
 
@@ -236,7 +236,7 @@ SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     return Dispatch(Chosen(options_.force), comm, local);
   }
   if (state.profiler.Observe(comm, local)) Decide(state, local, comm.rank());
-  if (state.trying) return RunTrial(state, comm, local);
+  if (state.trying()) return RunTrial(state, comm, local);
   return Dispatch(Chosen(state.decision.chosen), comm, local);
 }
 

@@ -136,8 +136,8 @@ class AutoScheme final : public Scheme {
     explicit TensorState(const ProfilerOptions& o) : profiler(o) {}
     Profiler profiler;
     AutoDecision decision;
-    bool trying = false;              // timing the shortlist
-    std::vector<size_t> live;         // shortlist positions still timed
+    std::vector<size_t> live;         // shortlist positions still timed; empty: not timing
+    bool trying() const { return !live.empty(); }
     size_t next = 0;                  // position in `live` of the next call
     int rounds = 0;                   // rounds timed
     std::vector<double> round_times;  // this rank's times in this round

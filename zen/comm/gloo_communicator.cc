@@ -103,15 +103,12 @@ class FramePool {
   struct Frame {
     std::unique_ptr<std::byte[]> memory;
     std::unique_ptr<UnboundBuffer> buffer;  // bound to memory; declared after it
-    explicit operator bool() const { return buffer != nullptr; }
   };
 
   FramePool(std::shared_ptr<gloo::Context> ctx, uint64_t frame_bytes)
       : ctx_(std::move(ctx)),
         frame_bytes_(frame_bytes),
         max_idle_(static_cast<size_t>(std::max<uint64_t>(1, kPoolBytes / frame_bytes))) {}
-
-  uint64_t frame_bytes() const { return frame_bytes_; }
 
   // An idle frame, or a new one (memory left untouched: only what a
   // transfer writes is ever paged in). Gloo's exceptions propagate.
