@@ -116,9 +116,11 @@ void BindTopk(py::module_& m) {
             d["selected"] = s.stats().selected;
             d["k"] = s.stats().k;
             d["fell_back"] = s.stats().fell_back;
+            d["one_pass"] = s.stats().one_pass;
             return d;
           },
-          "What the latest select() did: selected, k, fell_back (sampled -> exact).");
+          "What the latest select() did: selected, k, fell_back (sampled -> exact), "
+          "one_pass (exact: the sample-guided one-pass path ran).");
   m.def("topk_count", [](size_t n, double ratio) { return TopKCount(n, ratio); }, py::arg("n"),
         py::arg("ratio"), "ceil(ratio * n), clamped to [0, n].");
 }

@@ -18,8 +18,9 @@
 //             collects. 3 passes over `data` (4 at most), no sort, no copy
 //             of `data`; scratch of at most n/16 keys x 2, kept between calls.
 //             Before that, for n >= kParallelMin and k <= n/8, a faster path
-//             is tried: a sample (as kSampled) sets a threshold a little
-//             below the k-th largest |x|, ONE pass gathers the ~1.3k values
+//             is tried: a sample (as kSampled, at most n/32 positions)
+//             sets a threshold a little below the k-th largest |x|, ONE
+//             pass gathers the ~1.3k-1.7k values
 //             above it (indices and values, room for 2k + 1024), and the
 //             exact boundary is found among them; when the sample misjudged
 //             (fewer than k gathered, or no room) the radix select runs.

@@ -150,6 +150,18 @@ TEST(TopK, ExactOnePassPathWithTiesAndNanMatchesReference) {
       EXPECT_TRUE(sel.stats().one_pass);
     }
   }
+  // A parameter below 256 / ratio values (an embedding gradient of 320k
+  // values at 1%): the sample is capped at n / 32 and the one-pass path
+  // still runs, exactly.
+  {
+    const auto grad = Gaussian(320'000, 5);
+    TopKSelector sel(1);
+    for (size_t k : {size_t{32}, size_t{320}, size_t{3'200}}) {
+      SCOPED_TRACE(testing::Message() << "320k, k " << k);
+      CheckExact(sel, grad, k);
+      EXPECT_TRUE(sel.stats().one_pass);
+    }
+  }
   // Ties over an eighth of the values: the one-pass path overflows its room
   // and the radix select gives the same exact answer.
   TopKSelector sel(2);
