@@ -5,8 +5,9 @@
 //   BM_Memcpy     copy of the buffer: the memory-bandwidth ceiling
 //   BM_TopK       Select() on a Gaussian buffer refreshed before each call
 //                 (the refresh, a memcpy, is excluded with PauseTiming)
+//   BM_TopKLayer  the same on one layer-sized buffer (n = 320,000 values)
 // Arguments: method (0 exact, 1 sampled), ratio in 1/10000, n in 2^20
-// elements, threads. Counters: bytes_per_second (GB/s of gradient, wall
+// elements (BM_TopKLayer: in elements), threads. Counters: bytes_per_second (GB/s of gradient, wall
 // clock), GBps_per_core (gradient bytes per CPU-second of all the process's
 // threads: the per-core figure, unaffected by other load on a shared
 // machine; workers block, they do not spin) and selected/k (how close to k
@@ -62,11 +63,11 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy)->Arg(4)->Arg(16)->UseRealTime();
 
-void BM_TopK(benchmark::State& state) {
+// Arguments 0, 1 and 3 of both benchmarks below: method, ratio, threads.
+void RunTopK(benchmark::State& state, size_t n) {
   TopKOptions opt;
   opt.method = state.range(0) == 0 ? TopKMethod::kExact : TopKMethod::kSampled;
   const double ratio = static_cast<double>(state.range(1)) / 1e4;
-  const size_t n = static_cast<size_t>(state.range(2)) << 20;
   const int threads = static_cast<int>(state.range(3));
   const auto& src = Gaussian(n);
   std::vector<float> data(src);
@@ -96,9 +97,19 @@ void BM_TopK(benchmark::State& state) {
   state.counters["selected/k"] =
       selected / static_cast<double>(state.iterations()) / static_cast<double>(k);
 }
+void BM_TopK(benchmark::State& state) { RunTopK(state, static_cast<size_t>(state.range(2)) << 20); }
 BENCHMARK(BM_TopK)
     ->ArgNames({"method", "ratio_e4", "n_Mi", "threads"})
     ->ArgsProduct({{0, 1}, {100, 1000}, {4, 16}, {1, 2}})
+    ->UseRealTime();
+
+// One layer of a real model (320,000 values: a 5000 x 64 embedding or
+// output layer of examples/train_topk.py), where a call's fixed costs (the
+// sample, the boundary search) weigh against one pass over the values.
+void BM_TopKLayer(benchmark::State& state) { RunTopK(state, static_cast<size_t>(state.range(2))); }
+BENCHMARK(BM_TopKLayer)
+    ->ArgNames({"method", "ratio_e4", "n", "threads"})
+    ->ArgsProduct({{0, 1}, {100}, {320'000}, {1}})
     ->UseRealTime();
 
 }  // namespace

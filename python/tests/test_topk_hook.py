@@ -22,7 +22,8 @@ from zen_torch_testing import run_ranks as run_worker_ranks
 WORKER = HERE / "topk_worker.py"
 SHAPES = [(64, 40), (40,), (20, 30), (50, 50)]  # topk_worker.SHAPES
 SCENARIOS = ["reference", "reference_momentum", "reference_sampled", "reference_unfused",
-             "reference_record", "ddp_warmup", "ddp_sparse"]
+             "reference_buckets", "reference_buckets_apart", "reference_record", "ddp_warmup",
+             "ddp_sparse"]
 
 
 def run_ranks(tmp_path, world, scenarios, timeout=150):
@@ -105,6 +106,17 @@ def test_hook_sampled_threshold(topk_job):
 def test_hook_one_item_per_parameter(topk_job):
     # TopKState(fuse=False): the same reference checks, one zen item per parameter.
     check(topk_job, "reference_unfused")
+
+
+def test_hook_coalesces_a_steps_buckets_into_one_exchange(topk_job):
+    # Two buckets per step: the first one's future waits for the last, one
+    # zen batch per step, and each bucket gets exactly its part of the sum.
+    check(topk_job, "reference_buckets")
+
+
+def test_hook_one_exchange_per_bucket_when_asked(topk_job):
+    # TopKState(coalesce=False): the same two buckets, one batch each.
+    check(topk_job, "reference_buckets_apart")
 
 
 def test_record_writes_what_every_rank_sent(topk_job):

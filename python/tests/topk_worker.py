@@ -68,13 +68,16 @@ SHAPES = [(64, 40), (40,), (20, 30), (50, 50)]  # 2560 sparse, bias, 600 < min_n
 OUT_DIR = None  # the --out directory (main)
 
 
-def scenario_reference(rank, world, momentum=None, exact=True, fuse=True, record_path=None):
+def scenario_reference(rank, world, momentum=None, exact=True, fuse=True, record_path=None,
+                       split=None, coalesce=True):
+    # split: the number of parameters in DDP's first bucket (two buckets per
+    # step, the second one last); None: one bucket.
     ratio, min_numel, warmup, steps = 0.05, 1000, 1, 5
     torch.manual_seed(0)
     params = [nn.Parameter(torch.zeros(s)) for s in SHAPES]
     state = TopKState(ratio=ratio, warmup_steps=warmup, min_numel=min_numel, momentum=momentum,
                       exact=exact, zen_state=zen.torch.ZenState(), fuse=fuse, record=record_path,
-                      record_steps=2, record_start=2)
+                      record_steps=2, record_start=2, coalesce=coalesce)
     contributions = []  # this rank's sent values per step, dense
     n = sum(p.numel() for p in params)
     res_ref = [torch.zeros(p.numel()) for p in params]
@@ -84,14 +87,30 @@ def scenario_reference(rank, world, momentum=None, exact=True, fuse=True, record
     for step in range(steps):
         grad = torch.randn(n, generator=gen) * (1 + rank)
         buffer = grad.clone()
-        bucket = FakeBucket(0, buffer, params)
-        result = topk_hook(state, bucket).wait()
-        assert result is buffer or torch.equal(result, buffer)
+        if split is None:
+            bucket = FakeBucket(0, buffer, params)
+            result = topk_hook(state, bucket).wait()
+            assert result is buffer or torch.equal(result, buffer)
+        else:
+            n0 = sum(p.numel() for p in params[:split])
+            first = FakeBucket(0, buffer[:n0], params[:split], last=False)
+            last = FakeBucket(1, buffer[n0:], params[split:], last=True)
+            f0 = topk_hook(state, first)
+            if coalesce and step >= warmup:
+                # Coalesced: nothing moves before the step's last bucket.
+                assert not f0.done(), "the first bucket's exchange did not wait for the last"
+            f1 = topk_hook(state, last)
+            result = torch.cat([f0.wait(), f1.wait()])
+            assert torch.equal(result, buffer)
         contribution = torch.zeros(n)
         offset = 0
         if step < warmup and momentum is None:
-            expected = grad * (1.0 / world)  # as DDP's reducer: scaled, then summed
-            dist.all_reduce(expected)
+            # As DDP's reducer: each bucket scaled, then summed on its own.
+            parts = [grad] if split is None else [grad[:n0], grad[n0:]]
+            expected = [part * (1.0 / world) for part in parts]
+            for part in expected:
+                dist.all_reduce(part)
+            expected = torch.cat(expected)
             assert torch.equal(result, expected), "warm-up step differs from allreduce/world"
             assert not state.residuals, "warm-up kept a residual"
             checked.append({"step": step, "mode": "warmup"})
@@ -146,6 +165,10 @@ def scenario_reference(rank, world, momentum=None, exact=True, fuse=True, record
         assert record["values_total"] == n
         assert record["bytes_sent"] > 0 and record["bytes_received"] > 0, record
         assert record["select_s"] >= 0 and record["sync_s"] > 0, record
+        buckets = 1 if split is None else 2
+        assert record["buckets"] == buckets, record
+        coalesced = coalesce and fuse and not record["recorded"]
+        assert record["batches"] == (1 if coalesced else buckets), record
         checked.append({"step": step, "fraction": record["fraction"],
                         "bytes_sent": record["bytes_sent"]})
     assert state.step == steps
@@ -207,6 +230,16 @@ def scenario_reference_sampled(rank, world):
 
 def scenario_reference_unfused(rank, world):
     return scenario_reference(rank, world, fuse=False)
+
+
+def scenario_reference_buckets(rank, world):
+    # Two buckets per step (DDP's usual case), coalesced into one exchange.
+    return scenario_reference(rank, world, split=2)
+
+
+def scenario_reference_buckets_apart(rank, world):
+    # Two buckets per step, one exchange each (coalesce=False).
+    return scenario_reference(rank, world, split=2, coalesce=False)
 
 
 def scenario_reference_record(rank, world):
@@ -281,6 +314,8 @@ def scenario_ddp_sparse(rank, world):
     assert ratios[-1] == 0.01
     last = state.stats[-1]
     assert last["mode"] == "zen" and 0 < last["fraction"] < 0.2, last
+    # DDP's several buckets (bucket_cap_mb=0.02), one exchange per step.
+    assert last["buckets"] > 1 and last["batches"] == 1, last
     # The sparsified parameters' residuals hold what was not sent: non-zero.
     assert any(r.any() for r in state.residuals.values())
     assert all(x == x for x in losses)
@@ -292,6 +327,8 @@ SCENARIOS = {
     "reference_momentum": scenario_reference_momentum,
     "reference_sampled": scenario_reference_sampled,
     "reference_unfused": scenario_reference_unfused,
+    "reference_buckets": scenario_reference_buckets,
+    "reference_buckets_apart": scenario_reference_buckets_apart,
     "reference_record": scenario_reference_record,
     "ddp_warmup": scenario_ddp_warmup,
     "ddp_sparse": scenario_ddp_sparse,

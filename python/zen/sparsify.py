@@ -14,11 +14,11 @@ torch's PowerSGD hook::
     ...
     state.stats[-1]   # what the latest step sent and how long it took
 
-Per bucket, one zen batch of one element-sparse item (rows = the bucket's
-values, width 1): the selections of every sparsified parameter and every
-value of the parameters that stay dense (0-/1-D ones such as biases and
-norms, those below ``min_numel`` elements, and those named in
-``dense_params``). ``fuse=False``: one element-sparse item per sparsified
+Per step, one zen batch of one element-sparse item (rows = the values of
+all of DDP's buckets, width 1; ``coalesce=False``: one batch per bucket): the
+selections of every sparsified parameter and every value of the parameters
+that stay dense (0-/1-D ones such as biases and norms, those below
+``min_numel`` elements, and those named in ``dense_params``). ``fuse=False``: one element-sparse item per sparsified
 parameter (rows = numel) and one dense item per dense parameter; each item's
 data moves with its own scheme rounds, so fusing saves rounds, not bytes
 (a dense parameter's values cost 12 bytes each instead of 4). The global sum
@@ -45,9 +45,11 @@ not mix them up).
 values this rank sent: selected + dense), values_total, fraction,
 bytes_sent / bytes_received (zen.Communicator payload counters over the step;
 None for steps through the process group), select_s (time spent selecting, in
-the hook, on the autograd thread), sync_s (first bucket started to last
-bucket done; through the process group: the sum of the buckets' times),
+the hook, on the autograd thread), sync_s (the first bucket's selection done
+to the last bucket done, whether or not its exchange waited to be coalesced;
+through the process group: the sum of the buckets' times),
 bucket_s (the sum over buckets of each one's start to done), buckets,
+batches (zen batches started: 1 per step when coalescing, else 1 per bucket),
 recorded (True for a step recorded to a trace: its batches also gather
 every rank's selection, so its times and bytes are not those of a plain
 step).
@@ -112,6 +114,17 @@ class TopKState:
             per bucket. False: one item per parameter, dense ones as dense
             items (a scheme's rounds per parameter; slower when latency or
             CPU scheduling, not bytes, dominates).
+        coalesce: True (default, with fuse): one zen exchange per step. A
+            bucket's selection is made when DDP hands it over, but its
+            synchronization waits for the step's last bucket
+            (``bucket.is_last()``); then every bucket's selection travels as
+            ONE element-sparse item (rows = the buckets' values in bucket
+            order) and each bucket's future completes with its part. A step
+            then pays one scheme call's fixed cost (rounds, per-transfer CPU)
+            instead of one per bucket; what it gives up is overlapping the
+            first buckets' traffic with the rest of backward, which at top-k
+            volumes is small. False: one exchange per bucket. Steps that are
+            recorded (``record``) are not coalesced.
         record: a path: write what every rank sent in `record_steps` steps
             as a zen-trace/1 file (see the module's docstring).
         record_steps: how many steps to record (default 3).
@@ -122,7 +135,7 @@ class TopKState:
     def __init__(self, ratio=0.01, *, warmup_steps=0, ramp_steps=0, dense_params=(),
                  min_numel=1024, momentum=None, exact=True, error_feedback=True,
                  zen_state=None, module=None, threads=1, keep_stats=None, scheme=None,
-                 record=None, record_steps=3, record_start=None, fuse=True):
+                 record=None, record_steps=3, record_start=None, fuse=True, coalesce=True):
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"zen: TopKState ratio must lie in (0, 1], got {ratio}")
         if warmup_steps < 0 or ramp_steps < 0:
@@ -153,6 +166,10 @@ class TopKState:
         self.velocities = {}
         self._record = None
         self.fuse = bool(fuse)
+        self.coalesce = bool(coalesce)
+        # Coalescing: the buckets of the current step handed over so far,
+        # waiting for the last one (see _flush_step).
+        self._pending = []
         if record_steps < 0 or (record_start is not None and record_start < 0):
             raise ValueError("zen: record_steps and record_start must be >= 0")
         self.record = None if record is None else str(record)
@@ -208,7 +225,7 @@ class TopKState:
                 "step": self.step, "mode": mode, "ratio": self.current_ratio(),
                 "values_sent": 0, "values_total": 0, "fraction": 0.0,
                 "bytes_sent": None, "bytes_received": None, "select_s": 0.0, "sync_s": 0.0,
-                "bucket_s": 0.0, "buckets": 0, "recorded": False,
+                "bucket_s": 0.0, "buckets": 0, "batches": 0, "recorded": False,
             }
             live = {"t0": None, "comm": comm, "sent0": comm.bytes_sent if comm else 0,
                     "recv0": comm.bytes_received if comm else 0}
@@ -285,6 +302,10 @@ def topk_hook(state, bucket):
             return _dense_pg(state, bucket)
         return _sparse_bucket(state, bucket, ratio)
     finally:
+        # Coalesced buckets wait for the step's last one; when that one took
+        # another path (or raised), they go now: every future completes.
+        if bucket.is_last() and state._pending:
+            _flush_step(state)
         state._end_bucket(bucket)
 
 
@@ -372,6 +393,23 @@ def _sparse_bucket(state, bucket, ratio):
     t0 = time.perf_counter()
     if live["t0"] is None:
         live["t0"] = t0
+    if state.coalesce and fuse and recorded is None:
+        # Kept until the step's last bucket (_flush_step): one exchange per step.
+        if state._pending and state._pending[0]["step"] != state.step:
+            _fail_pending(state, RuntimeError(
+                "zen: topk_hook: a step ended without DDP handing over its last bucket; "
+                "its coalesced buckets were not synchronized"))
+        future = torch.futures.Future()
+        entry = {"step": state.step, "index": index, "buffer": buffer, "flat": flat,
+                 "array": array, "future": future, "t0": t0, "kind": None}
+        if any_selected:
+            entry.update(kind="sparse", ids=items[0][4], values=items[0][5], rows=flat.numel())
+        elif items:
+            entry["kind"] = "dense"
+        state._pending.append(entry)
+        if bucket.is_last():
+            _flush_step(state)
+        return future
     layout = None
     if recorded is not None:
         record["recorded"] = True
@@ -403,8 +441,77 @@ def _sparse_bucket(state, bucket, ratio):
         except Exception as e:  # noqa: BLE001 (handed to DDP)
             future.set_exception(e)
 
+    record["batches"] += 1
     ctx.start(f"topk.bucket{index}", items, on_done=done)
     return future
+
+
+def _fail_pending(state, error):
+    pending, state._pending = state._pending, []
+    for e in pending:
+        e["future"].set_exception(error)
+
+
+def _flush_step(state):
+    """Synchronizes the step's coalesced buckets as one zen batch: every
+    sparse bucket's selection in one element-sparse item (ids offset by the
+    bucket's place among them), every all-dense bucket as a dense item; then
+    writes each bucket's part back, divides by the world size and completes
+    its future."""
+    pending, state._pending = state._pending, []
+    zs = state.zen_state
+    world = zs.world_size
+    record, live = state._step_record("zen")
+    items, sparse, ids_parts, value_parts = [], [], [], []
+    rows = 0
+    for e in pending:
+        if e["kind"] == "sparse":
+            e["offset"] = rows
+            ids_parts.append(e["ids"] + rows)
+            value_parts.append(e["values"])
+            rows += e["rows"]
+            sparse.append(e)
+    if sparse:
+        item = ("sparse", "topk", rows, 1, np.concatenate(ids_parts), np.concatenate(value_parts))
+        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+    for e in pending:
+        if e["kind"] == "dense":
+            items.append(("dense", f"dense.bucket{e['index']}", e["array"], e["array"].size, 1))
+
+    def done(handle):
+        try:
+            results = handle.wait()
+            with torch.no_grad():
+                if sparse:
+                    ids, values = results[0]
+                    values = values.reshape(-1)
+                    for e in sparse:  # the result's ids are sorted: each bucket's is a slice
+                        lo, hi = np.searchsorted(ids, [e["offset"], e["offset"] + e["rows"]])
+                        out = e["array"]
+                        out.fill(0.0)
+                        out[ids[lo:hi] - e["offset"]] = values[lo:hi]
+                for e in pending:
+                    e["flat"].div_(world)
+            comm = live["comm"]
+            now = time.perf_counter()
+            record["sync_s"] = now - live["t0"]
+            record["bucket_s"] += sum(now - e["t0"] for e in pending)
+            if comm is not None:
+                record["bytes_sent"] = comm.bytes_sent - live["sent0"]
+                record["bytes_received"] = comm.bytes_received - live["recv0"]
+        except Exception as ex:  # noqa: BLE001 (handed to DDP)
+            for e in pending:
+                e["future"].set_exception(ex)
+            return
+        for e in pending:
+            e["future"].set_result(e["buffer"])
+
+    record["batches"] += 1
+    try:
+        zs.context.start("topk.step", items, on_done=done)
+    except Exception as ex:  # noqa: BLE001 (handed to DDP through every future)
+        for e in pending:
+            e["future"].set_exception(ex)
 
 
 # --- recording what the ranks sent (record=) --------------------------------
