@@ -140,7 +140,7 @@ def summarize(dense_path, topk_path):
         f"bucket_cap_mb {a['bucket_cap_mb']:g}"
     lines = [f"{a['world']} ranks, batch {a['batch']} x {a['seq_len']} tokens per rank, "
              f"{run['params']} parameters, {buckets}{', unfused' if a.get('no_fuse') else ''}"
-             f"{', one exchange per bucket' if a.get('no_coalesce') else ''}; "
+             f"{', one exchange per step (coalesced)' if a.get('coalesce') else ''}; "
              "per step the slowest rank's time; median (min-max) "
              f"over the steps after the first {skip} (warm-up, ramp, recorded)"]
 
@@ -209,8 +209,8 @@ def parse_args():
                         "e.g. 100 puts this model in one bucket: no backward inside the sync span)")
     p.add_argument("--no-fuse", action="store_true",
                    help="TopKState(fuse=False): one zen item per parameter")
-    p.add_argument("--no-coalesce", action="store_true",
-                   help="TopKState(coalesce=False): one zen exchange per DDP bucket, not per step")
+    p.add_argument("--coalesce", action="store_true",
+                   help="TopKState(coalesce=True): one zen exchange per step, not per DDP bucket")
     return p.parse_args()
 
 
@@ -267,7 +267,7 @@ def main():
             state = TopKState(ratio=args.ratio, warmup_steps=args.warmup, ramp_steps=args.ramp,
                               module=model, error_feedback=(mode == "topk"), scheme=args.scheme,
                               record=record, record_steps=args.record_steps,
-                              fuse=not args.no_fuse, coalesce=not args.no_coalesce)
+                              fuse=not args.no_fuse, coalesce=args.coalesce)
             ddp.register_comm_hook(state, topk_hook)
         elif args.sync_timing:
             timer = DenseSyncTimer()

@@ -23,7 +23,7 @@ WORKER = HERE / "topk_worker.py"
 SHAPES = [(64, 40), (40,), (20, 30), (50, 50)]  # topk_worker.SHAPES
 SCENARIOS = ["reference", "reference_momentum", "reference_sampled", "reference_unfused",
              "reference_buckets", "reference_buckets_apart", "reference_record", "ddp_warmup",
-             "ddp_sparse"]
+             "ddp_sparse", "ddp_sparse_coalesced"]
 
 
 def run_ranks(tmp_path, world, scenarios, timeout=150):
@@ -114,8 +114,8 @@ def test_hook_coalesces_a_steps_buckets_into_one_exchange(topk_job):
     check(topk_job, "reference_buckets")
 
 
-def test_hook_one_exchange_per_bucket_when_asked(topk_job):
-    # TopKState(coalesce=False): the same two buckets, one batch each.
+def test_hook_one_exchange_per_bucket_by_default(topk_job):
+    # TopKState() (coalesce=False): the same two buckets, one batch each.
     check(topk_job, "reference_buckets_apart")
 
 
@@ -147,6 +147,13 @@ def test_sparsified_ddp_keeps_ranks_in_sync(topk_job):
     # Parameters equal on every rank (asserted inside each rank), the ratio
     # follows the warm-up and ramp, and every step left a stats record.
     for res in check(topk_job, "ddp_sparse"):
+        assert len(res["stats"]) == 8 and len(res["losses"]) == 8
+
+
+def test_sparsified_ddp_coalesced_keeps_ranks_in_sync(topk_job):
+    # The same with TopKState(coalesce=True): DDP's real buckets (several per
+    # step), one exchange per step (asserted inside each rank).
+    for res in check(topk_job, "ddp_sparse_coalesced"):
         assert len(res["stats"]) == 8 and len(res["losses"]) == 8
 
 

@@ -69,7 +69,7 @@ OUT_DIR = None  # the --out directory (main)
 
 
 def scenario_reference(rank, world, momentum=None, exact=True, fuse=True, record_path=None,
-                       split=None, coalesce=True):
+                       split=None, coalesce=False):
     # split: the number of parameters in DDP's first bucket (two buckets per
     # step, the second one last); None: one bucket.
     ratio, min_numel, warmup, steps = 0.05, 1000, 1, 5
@@ -234,12 +234,12 @@ def scenario_reference_unfused(rank, world):
 
 def scenario_reference_buckets(rank, world):
     # Two buckets per step (DDP's usual case), coalesced into one exchange.
-    return scenario_reference(rank, world, split=2)
+    return scenario_reference(rank, world, split=2, coalesce=True)
 
 
 def scenario_reference_buckets_apart(rank, world):
-    # Two buckets per step, one exchange each (coalesce=False).
-    return scenario_reference(rank, world, split=2, coalesce=False)
+    # Two buckets per step, one exchange each (the default).
+    return scenario_reference(rank, world, split=2)
 
 
 def scenario_reference_record(rank, world):
@@ -295,13 +295,14 @@ def scenario_ddp_warmup(rank, world):
     return {"losses": losses}
 
 
-def scenario_ddp_sparse(rank, world):
+def scenario_ddp_sparse(rank, world, coalesce=False):
     # Sparsified training after a warm-up with a ramp: every rank keeps the
     # same parameters (each applies the same averaged gradient), the kept
     # fraction follows the ramp, and the hook's stats add up.
     steps, warmup, ramp = 8, 2, 3
     model, state, losses = train(rank, steps, lambda m: TopKState(
-        ratio=0.01, warmup_steps=warmup, ramp_steps=ramp, module=m, min_numel=100))
+        ratio=0.01, warmup_steps=warmup, ramp_steps=ramp, module=m, min_numel=100,
+        coalesce=coalesce))
     for name, p in model.named_parameters():
         lo, hi = p.detach().clone(), p.detach().clone()
         dist.all_reduce(lo, op=dist.ReduceOp.MIN)
@@ -314,12 +315,18 @@ def scenario_ddp_sparse(rank, world):
     assert ratios[-1] == 0.01
     last = state.stats[-1]
     assert last["mode"] == "zen" and 0 < last["fraction"] < 0.2, last
-    # DDP's several buckets (bucket_cap_mb=0.02), one exchange per step.
-    assert last["buckets"] > 1 and last["batches"] == 1, last
+    # DDP's several buckets (bucket_cap_mb=0.02): one exchange per step
+    # coalesced, else one per bucket.
+    assert last["buckets"] > 1, last
+    assert last["batches"] == (1 if coalesce else last["buckets"]), last
     # The sparsified parameters' residuals hold what was not sent: non-zero.
     assert any(r.any() for r in state.residuals.values())
     assert all(x == x for x in losses)
     return {"losses": losses, "stats": state.stats}
+
+
+def scenario_ddp_sparse_coalesced(rank, world):
+    return scenario_ddp_sparse(rank, world, coalesce=True)
 
 
 SCENARIOS = {
@@ -332,6 +339,7 @@ SCENARIOS = {
     "reference_record": scenario_reference_record,
     "ddp_warmup": scenario_ddp_warmup,
     "ddp_sparse": scenario_ddp_sparse,
+    "ddp_sparse_coalesced": scenario_ddp_sparse_coalesced,
 }
 
 

@@ -14,8 +14,8 @@ torch's PowerSGD hook::
     ...
     state.stats[-1]   # what the latest step sent and how long it took
 
-Per step, one zen batch of one element-sparse item (rows = the values of
-all of DDP's buckets, width 1; ``coalesce=False``: one batch per bucket): the
+Per bucket, one zen batch of one element-sparse item (rows = the bucket's
+values, width 1; ``coalesce=True``: one batch per step for all buckets): the
 selections of every sparsified parameter and every value of the parameters
 that stay dense (0-/1-D ones such as biases and norms, those below
 ``min_numel`` elements, and those named in ``dense_params``). ``fuse=False``: one element-sparse item per sparsified
@@ -114,16 +114,18 @@ class TopKState:
             per bucket. False: one item per parameter, dense ones as dense
             items (a scheme's rounds per parameter; slower when latency or
             CPU scheduling, not bytes, dominates).
-        coalesce: True (default, with fuse): one zen exchange per step. A
-            bucket's selection is made when DDP hands it over, but its
+        coalesce: False (default): one zen exchange per bucket, started
+            when DDP hands the bucket over (it overlaps the rest of
+            backward). True (with fuse): one exchange per step: a bucket's
+            selection is made when DDP hands it over, but its
             synchronization waits for the step's last bucket
             (``bucket.is_last()``); then every bucket's selection travels as
             ONE element-sparse item (rows = the buckets' values in bucket
             order) and each bucket's future completes with its part. A step
             then pays one scheme call's fixed cost (rounds, per-transfer CPU)
-            instead of one per bucket; what it gives up is overlapping the
-            first buckets' traffic with the rest of backward, which at top-k
-            volumes is small. False: one exchange per bucket. Steps that are
+            instead of one per bucket, but gives up the overlap; measured
+            on the 8-host testbed it shortened the synchronization span and
+            lengthened the step (docs/sections/sparsify.md). Steps that are
             recorded (``record``) are not coalesced.
         record: a path: write what every rank sent in `record_steps` steps
             as a zen-trace/1 file (see the module's docstring).
@@ -135,7 +137,7 @@ class TopKState:
     def __init__(self, ratio=0.01, *, warmup_steps=0, ramp_steps=0, dense_params=(),
                  min_numel=1024, momentum=None, exact=True, error_feedback=True,
                  zen_state=None, module=None, threads=1, keep_stats=None, scheme=None,
-                 record=None, record_steps=3, record_start=None, fuse=True, coalesce=True):
+                 record=None, record_steps=3, record_start=None, fuse=True, coalesce=False):
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"zen: TopKState ratio must lie in (0, 1], got {ratio}")
         if warmup_steps < 0 or ramp_steps < 0:
