@@ -11,6 +11,11 @@
 // names both sizes, and discards the payload. The length messages are
 // framing and are not counted in ByteCounters.
 //
+// Threads: Send and Recv only queue their post; Gloo's event-loop thread
+// (one per communicator, Gloo's own) makes it, so the caller never holds a
+// Gloo pair's lock (which made that thread spin; gloo_communicator.cc). A
+// post Gloo refuses is raised by the request's Wait.
+//
 // Timeouts: a Wait that times out raises TransportError naming rank, peer,
 // tag and the time waited. Gloo then closes every connection of the
 // communicator, so after a timeout the communicator is unusable (every later
