@@ -334,6 +334,10 @@ class GlooRequest : public Request {
       Wait();
     } catch (...) {  // the owner chose not to wait; nobody to tell
     }
+    CancelPosts();
+  }
+  // After this, none of this request's queued posts runs or is running.
+  void CancelPosts() noexcept {
     std::lock_guard lock(post_->mu);
     post_->cancelled = true;
   }
@@ -381,6 +385,7 @@ class GlooSend final : public GlooRequest {
         Post(*payload_buf_, /*is_send=*/true, PayloadSlot(t.tag, length), length);
       }
     } catch (...) {
+      CancelPosts();  // no destructor runs for a constructor that throws
       ThrowTransport(t, "posting", start, std::current_exception());
     }
   }
@@ -425,6 +430,7 @@ class GlooRecv final : public GlooRequest {
         Post(*payload_buf_, /*is_send=*/false, PayloadSlot(t.tag, exact.size()), exact.size());
       }
     } catch (...) {
+      CancelPosts();  // no destructor runs for a constructor that throws
       ThrowTransport(t, "posting", start, std::current_exception());
     }
   }
