@@ -109,6 +109,54 @@ TEST(GlooCommunicatorTest, TwoJobsShareAStoreThroughPrefixes) {
   for (const auto& e : eb) EXPECT_EQ(e, "");
 }
 
+// Sends and receives are posted on Gloo's loop thread (gloo_communicator.cc):
+// a post Gloo refuses there must still reach the caller, at Wait, as a
+// TransportError naming the peer. After a timed-out wait Gloo has closed
+// every pair of the communicator, so the next send is refused.
+TEST(GlooCommunicatorTest, RefusedPostIsTransportErrorAtWait) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  GlooOptions opt;
+  opt.prefix = UniquePrefix("refused");
+  opt.timeout = Millis(1500);
+  std::atomic<bool> done{false};
+  std::string first, second;
+  std::thread peer([&] {
+    try {
+      auto comm = ConnectGloo(1, 2, store, opt);
+      while (!done.load()) std::this_thread::sleep_for(Millis(5));
+    } catch (...) {
+    }
+  });
+  try {
+    auto comm = ConnectGloo(0, 2, store, opt);
+    ByteBuffer got(8);
+    try {
+      comm->Recv(1, 5, got)->Wait();  // rank 1 never sends: times out
+    } catch (const TransportError& e) {
+      first = e.what();
+    }
+    const ByteBuffer out(16, std::byte{1});
+    const auto start = Clock::now();
+    try {
+      comm->Send(1, 6, out)->Wait();
+    } catch (const TransportError& e) {
+      second = e.what();
+    }
+    EXPECT_LT(std::chrono::duration_cast<Millis>(Clock::now() - start).count(), 1000)
+        << "the refused post waited for the timeout";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  done = true;
+  peer.join();
+  EXPECT_NE(first.find("tag 5"), std::string::npos) << first;
+  ASSERT_FALSE(second.empty()) << "a send on a closed communicator succeeded";
+  EXPECT_NE(second.find("send to peer 1"), std::string::npos) << second;
+  EXPECT_NE(second.find("tag 6"), std::string::npos) << second;
+  EXPECT_NE(second.find("rank 0"), std::string::npos) << second;
+  EXPECT_NE(second.find("posting"), std::string::npos) << second;
+}
+
 TEST(GlooCommunicatorTest, WorldOfOneConnectsWithoutPeers) {
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   auto comm = ConnectGloo(0, 1, store, GlooOptions{});
