@@ -18,7 +18,8 @@ Per bucket, one zen batch of one element-sparse item (rows = the bucket's
 values, width 1; ``coalesce=True``: one batch per step for all buckets): the
 selections of every sparsified parameter and every value of the parameters
 that stay dense (0-/1-D ones such as biases and norms, those below
-``min_numel`` elements, and those named in ``dense_params``). ``fuse=False``: one element-sparse item per sparsified
+``min_numel`` elements, and those named in ``dense_params``).
+``fuse=False``: one element-sparse item per sparsified
 parameter (rows = numel) and one dense item per dense parameter; each item's
 data moves with its own scheme rounds, so fusing saves rounds, not bytes
 (a dense parameter's values cost 12 bytes each instead of 4). The global sum
