@@ -432,12 +432,7 @@ def _sparse_bucket(state, bucket, ratio):
                     out.fill(0.0)
                     out[ids] = values.reshape(-1)
                 flat.div_(world)
-            comm = live["comm"]
-            now = time.perf_counter()
-            record["sync_s"] = now - live["t0"]
-            record["bucket_s"] += now - t0
-            record["bytes_sent"] = comm.bytes_sent - live["sent0"]
-            record["bytes_received"] = comm.bytes_received - live["recv0"]
+            _account_done(record, live, [t0])
             if layout is not None:
                 _keep_recorded(state, recorded, layout, gathered)
             future.set_result(buffer)
@@ -447,6 +442,18 @@ def _sparse_bucket(state, bucket, ratio):
     record["batches"] += 1
     ctx.start(f"topk.bucket{index}", items, on_done=done)
     return future
+
+
+def _account_done(record, live, started):
+    """The step's stats when a batch completes: its buckets started at
+    `started` (perf_counter); the step's span and byte counters so far."""
+    now = time.perf_counter()
+    record["sync_s"] = now - live["t0"]
+    record["bucket_s"] += sum(now - t for t in started)
+    comm = live["comm"]
+    if comm is not None:
+        record["bytes_sent"] = comm.bytes_sent - live["sent0"]
+        record["bytes_received"] = comm.bytes_received - live["recv0"]
 
 
 def _fail_pending(state, error):
@@ -495,13 +502,7 @@ def _flush_step(state):
                         out[ids[lo:hi] - e["offset"]] = values[lo:hi]
                 for e in pending:
                     e["flat"].div_(world)
-            comm = live["comm"]
-            now = time.perf_counter()
-            record["sync_s"] = now - live["t0"]
-            record["bucket_s"] += sum(now - e["t0"] for e in pending)
-            if comm is not None:
-                record["bytes_sent"] = comm.bytes_sent - live["sent0"]
-                record["bytes_received"] = comm.bytes_received - live["recv0"]
+            _account_done(record, live, [e["t0"] for e in pending])
         except Exception as ex:  # noqa: BLE001 (handed to DDP)
             for e in pending:
                 e["future"].set_exception(ex)

@@ -495,19 +495,14 @@ class GlooRecv final : public GlooRequest {
   void Discard(uint64_t length, Clock::time_point start, Clock::time_point deadline) {
     if (length > kMaxDiscardBytes) return;
     std::vector<std::byte> scratch(length);
-    auto state = std::make_shared<PostState>();
     std::unique_ptr<UnboundBuffer> buf;
     try {
       buf = ctx_.createUnboundBuffer(scratch.data(), scratch.size());
-      poster_->Post({buf.get(), /*is_send=*/false, t_.peer, PayloadSlot(t_.tag, length),
-                     static_cast<size_t>(length), state});
-      Transfer drain = t_;
-      drain.bytes = length;
-      WaitBuffer(*buf, *state, drain, "discarding a payload of the wrong size", start, deadline);
+      Post(*buf, /*is_send=*/false, PayloadSlot(t_.tag, length), length);
+      Await(*buf, "discarding a payload of the wrong size", start, deadline);
     } catch (...) {
     }
-    std::lock_guard lock(state->mu);  // before buf and scratch go
-    state->cancelled = true;
+    CancelPosts();  // before buf and scratch go (this request ends in a FormatError)
   }
 
   gloo::Context& ctx_;
