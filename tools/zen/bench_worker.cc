@@ -15,6 +15,7 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/schemes/zen.h"
 #include "zen/testing/reference.h"
 
 namespace zen::cli {
@@ -58,6 +59,9 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
   int64_t mismatch = 0;
   uint64_t sent = 0, recv = 0;
   std::optional<WireCounters> wire0;
+  // zen's own phase clocks (ZenStats), summed over the measured calls.
+  double phase[5] = {0, 0, 0, 0, 0};
+  bool has_phases = false;
   // `auto` times its shortlist on its first calls (auto_scheme.h): those
   // calls are added to the warm-up, so the measured ones are its steady
   // state (what a training job gets after its first steps); how many there
@@ -96,6 +100,14 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
     if (it >= warmup) {
       times.push_back(std::chrono::duration<double>(t1 - t0).count());
       cpu += cpu1 - cpu0;
+      if (const ZenStats* z = ZenLastStats(*scheme)) {
+        has_phases = true;
+        phase[0] += z->partition_seconds;
+        phase[1] += z->push_seconds;
+        phase[2] += z->aggregate_seconds;
+        phase[3] += z->pull_seconds;
+        phase[4] += z->decode_seconds;
+      }
     }
   }
   if (autoscheme != nullptr) {
@@ -128,6 +140,12 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
   out["max_rel_error"] = max_err;
   out["rows_mismatch"] = mismatch;
   out["cpu_s"] = times.empty() ? 0.0 : cpu / static_cast<double>(times.size());
+  if (has_phases) {
+    const double k = static_cast<double>(times.size());
+    out["zen_phases_s"] = {{"partition", phase[0] / k}, {"push", phase[1] / k},
+                           {"aggregate", phase[2] / k}, {"pull", phase[3] / k},
+                           {"decode", phase[4] / k}};
+  }
   return out;
 }
 
@@ -187,6 +205,16 @@ json CombineRanks(const std::vector<json>& ranks) {
   out["max_rel_error"] = err;
   out["rows_mismatch"] = mismatch;
   if (ranks[0].contains("auto")) out["auto"] = ranks[0]["auto"];  // the same on every rank
+  if (ranks[0].contains("zen_phases_s")) {
+    // Each phase's mean over the ranks of their per-call means.
+    json phases = json::object();
+    for (const auto& [name, _] : ranks[0]["zen_phases_s"].items()) {
+      double s = 0;
+      for (const json& r : ranks) s += r["zen_phases_s"].value(name, 0.0);
+      phases[name] = s / static_cast<double>(ranks.size());
+    }
+    out["zen_phases_s"] = phases;
+  }
   return out;
 }
 

@@ -103,6 +103,11 @@ class RowOwner {
   int64_t IdAt(int s, int64_t position) const { return IdOfKey(Start(s) + position); }
   // Range and Permuted: the id whose key (pi(id), or id) is `key` in [0, rows).
   int64_t IdOfKey(int64_t key) const { return kind_ == Kind::kPermuted ? perm_.Inverse(key) : key; }
+  // Every id held in bits [shift, 64) of a word replaced by its key, in
+  // place (RowPermutation::ForwardInPlace; unchanged for other owners).
+  void KeysOfIdsInPlace(std::span<uint64_t> words, int shift) const {
+    if (kind_ == Kind::kPermuted) perm_.ForwardInPlace(words, shift);
+  }
   // IdOfKey of the key held in bits [shift, 64) of every word, in place (the
   // bits below ride along); the batched form of IdOfKey for hot loops.
   void IdsOfKeysInPlace(std::span<uint64_t> words, int shift) const {
@@ -189,6 +194,9 @@ class CountingPartitioner final : public Partitioner {
                        const RowOwner& owner, Partitions& out) override;
 
  private:
+  // PartitionSparse for Permuted owners of at most 2^32 rows.
+  void PartitionSparsePermuted(std::span<const int64_t> ids, std::span<const float> values,
+                               int64_t width, const RowOwner& owner, Partitions& out);
   struct Scratch;
   int threads_;
   std::unique_ptr<Scratch> scratch_;  // per-thread lists, reused between calls

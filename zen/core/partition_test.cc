@@ -118,10 +118,18 @@ TEST_P(DensePartitionTest, SparseInputMatchesBruteForce) {
     values.insert(values.end(), dense.begin() + r * c.width, dense.begin() + (r + 1) * c.width);
   }
   auto part = MakePartitioner(c.partitioner, c.threads);
-  for (const RowOwner& owner : {RowOwner::Hash(77, 5), RowOwner::Permuted(77, rows, 5)}) {
+  for (const RowOwner& owner : {RowOwner::Hash(77, 5), RowOwner::Permuted(77, rows, 5),
+                                RowOwner::Permuted(9, rows, 1), RowOwner::Range(rows, 3)}) {
     Partitions p;
     part->PartitionSparse(ids, values, c.width, owner, p);
     ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
+    // A second call on the same object (reused scratch) gives the same.
+    Partitions again;
+    part->PartitionSparse(ids, values, c.width, owner, again);
+    EXPECT_EQ(again.ids, p.ids);
+    EXPECT_EQ(again.positions, p.positions);
+    EXPECT_EQ(again.values, p.values);
+    EXPECT_EQ(again.offsets, p.offsets);
   }
 }
 

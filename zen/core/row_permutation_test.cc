@@ -139,13 +139,14 @@ namespace {
 
 // The batched network (AVX2 or not, whichever this CPU runs) equals
 // operator() and Inverse row by row, keeps the bits below the key, and handles counts that are not
-// a multiple of its lane count.
+// a multiple of its group of 16 words.
 TEST(RowPermutation, BatchedForwardAndInverseEqualTheScalarOnesAndKeepTheLowBits) {
   std::mt19937_64 rng(7);
   for (const int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}, int64_t{4096},
                              int64_t{4100000}, (int64_t{1} << 32) - 5, int64_t{1} << 32}) {
     const RowPermutation pi(rng(), rows);
-    for (const size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{1001}}) {
+    for (const size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15},
+                               size_t{16}, size_t{17}, size_t{1001}}) {
       std::vector<uint64_t> words(count);
       for (uint64_t& w : words) {
         w = (rng() % static_cast<uint64_t>(rows)) << 32 | (rng() & 0xffffffffu);
