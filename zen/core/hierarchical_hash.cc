@@ -59,6 +59,8 @@ std::unique_ptr<std::atomic<int64_t>[]> EmptySlots(size_t n) {
 // The two regions of all servers, reused between calls. Invariant between
 // calls: every slot is empty and every serial counter is zero.
 struct HierarchicalHashPartitioner::Tables {
+  explicit Tables(int threads) : pool(threads) {}
+  WorkerPool pool;  // threads - 1 workers, started by the first parallel call
   int servers = 0;
   int64_t r1 = 0;
   int64_t r2 = 0;
@@ -82,7 +84,7 @@ struct HierarchicalHashPartitioner::Tables {
 };
 
 HierarchicalHashPartitioner::HierarchicalHashPartitioner(int threads, HierarchicalHashConfig config)
-    : threads_(EffectiveThreads(threads)), config_(config), tables_(std::make_unique<Tables>()) {
+    : threads_(EffectiveThreads(threads)), config_(config), tables_(std::make_unique<Tables>(threads_)) {
   if (config_.hashes < 1 || config_.hashes > kMaxHashes) {
     throw InvalidArgument(Where{}, "hierarchical hash: k = ", config_.hashes,
                           " second-level hashes is outside [1, ", kMaxHashes, "]");
@@ -147,7 +149,7 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
     th.present = th.in_parallel = th.in_serial = th.probes = 0;
     th.spill.clear();
   }
-  ParallelChunks(threads_, items, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+  ParallelChunks(t.pool, threads_, items, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ThreadTally& my = tally[static_cast<size_t>(c)];
     source.ForEach(begin, end, [&](int64_t i) {
       ++my.present;
@@ -186,7 +188,7 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
   t.sort_scratch.resize(un);
   // The position of item v in its server's domain (Range/Hash: id order).
   auto place = [&](int64_t v) -> KeyItem { return {owner.Locate(source.id(v)).position, v}; };
-  ParallelChunks(server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
+  ParallelChunks(t.pool, server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       std::vector<KeyItem>& mine = chosen[static_cast<size_t>(s)];
       mine.clear();
@@ -242,7 +244,7 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
   out.ids.resize(static_cast<size_t>(st.rows));
   out.positions.resize(static_cast<size_t>(st.rows));
   out.values.resize(static_cast<size_t>(st.rows) * static_cast<size_t>(width));
-  ParallelChunks(server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
+  ParallelChunks(t.pool, server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       int64_t pos = out.offsets[static_cast<size_t>(s)];
       for (const auto& [position, item] : chosen[static_cast<size_t>(s)]) {

@@ -35,7 +35,8 @@ struct ChunkRows {
 // the write of ids, positions and values. id_of(item) gives the row id,
 // row_of(item) the pointer to its values.
 template <typename IdOf, typename RowOf>
-void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t width, int threads,
+void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t width, WorkerPool& pool,
+             int threads,
              std::vector<std::vector<int64_t>>& cursor, std::vector<KeyItem>& order,
              std::vector<KeyItem>& sort_scratch, const IdOf& id_of, const RowOf& row_of,
              Partitions& out) {
@@ -58,7 +59,7 @@ void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t widt
   out.offsets[n] = pos;
   order.resize(static_cast<size_t>(pos));
   ParallelChunks(
-      threads, static_cast<int64_t>(chunks.size()), 1, [&](int, int64_t begin, int64_t end) {
+      pool, threads, static_cast<int64_t>(chunks.size()), 1, [&](int, int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
           ChunkRows& ch = chunks[static_cast<size_t>(c)];
           std::vector<int64_t>& cur = cursor[static_cast<size_t>(c)];
@@ -79,7 +80,7 @@ void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t widt
   out.ids.resize(static_cast<size_t>(pos));
   out.positions.resize(static_cast<size_t>(pos));
   out.values.resize(static_cast<size_t>(pos) * static_cast<size_t>(width));
-  ParallelChunks(threads, pos, kMinSparseRowsPerChunk, [&](int, int64_t begin, int64_t end) {
+  ParallelChunks(pool, threads, pos, kMinSparseRowsPerChunk, [&](int, int64_t begin, int64_t end) {
     // The items are in position order, i.e. at random places of the input:
     // the reads of a later item's id and row are started ahead (a gather
     // bound by memory latency otherwise).
@@ -186,6 +187,8 @@ int ChunkCount(int threads, int64_t items, int64_t min_chunk) {
 }
 
 struct CountingPartitioner::Scratch {
+  explicit Scratch(int threads) : pool(threads) {}
+  WorkerPool pool;  // threads - 1 workers, started by the first parallel call
   std::vector<ChunkRows> chunks;
   std::vector<std::vector<int64_t>> cursor;
   std::vector<KeyItem> order;
@@ -206,7 +209,7 @@ struct CountingPartitioner::Scratch {
 };
 
 CountingPartitioner::CountingPartitioner(int threads)
-    : threads_(EffectiveThreads(threads)), scratch_(std::make_unique<Scratch>()) {}
+    : threads_(EffectiveThreads(threads)), scratch_(std::make_unique<Scratch>(threads_)) {}
 
 CountingPartitioner::~CountingPartitioner() = default;
 
@@ -214,7 +217,7 @@ void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t r
                                          const RowOwner& owner, Partitions& out) {
   std::vector<ChunkRows>& chunks =
       scratch_->Reset(ChunkCount(threads_, rows, kMinRowsPerChunk), owner.servers());
-  ParallelChunks(threads_, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+  ParallelChunks(scratch_->pool, threads_, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
     ForEachNonZeroRow(dense.data(), width, begin, end, [&](int64_t r) {
       const RowPlace at = owner.Locate(r);
@@ -225,7 +228,7 @@ void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t r
     });
   });
   Scatter(
-      chunks, owner, width, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
+      chunks, owner, width, scratch_->pool, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
       [](int64_t r) { return r; },
       [&](int64_t r) { return dense.data() + r * width; }, out);
 }
@@ -241,7 +244,8 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
   }
   std::vector<ChunkRows>& chunks =
       scratch_->Reset(ChunkCount(threads_, m, kMinSparseRowsPerChunk), owner.servers());
-  ParallelChunks(threads_, m, kMinSparseRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+  ParallelChunks(scratch_->pool, threads_, m, kMinSparseRowsPerChunk,
+                 [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
     const size_t count = static_cast<size_t>(end - begin);
     ch.items.reserve(count);
@@ -259,7 +263,7 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
     }
   });
   Scatter(
-      chunks, owner, width, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
+      chunks, owner, width, scratch_->pool, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
       [&](int64_t i) -> const int64_t& { return ids[static_cast<size_t>(i)]; },
       [&](int64_t i) { return values.data() + i * width; }, out);
 }

@@ -40,12 +40,13 @@
 #include <memory>
 #include <span>
 #include <string_view>
-#include <thread>
+#include <algorithm>
 #include <vector>
 
 #include "zen/core/divider.h"
 #include "zen/core/hash.h"
 #include "zen/core/row_permutation.h"
+#include "zen/core/worker_pool.h"
 
 namespace zen {
 
@@ -249,27 +250,21 @@ int EffectiveThreads(int threads);
 // The number of chunks ParallelChunks would use.
 int ChunkCount(int threads, int64_t items, int64_t min_chunk);
 
-// Splits [0, items) into at most `threads` contiguous chunks of at least
-// min_chunk items (one chunk if items is small) and runs
-// fn(chunk, begin, end) for each, chunk 0 on the calling thread. Returns the
-// number of chunks. fn must not throw. One chunk runs inline: no thread and
-// no allocation (the steady state of small calls).
+// Splits [0, items) into at most min(threads, pool.size()) contiguous
+// chunks of at least min_chunk items (one chunk if items is small) and runs
+// fn(chunk, begin, end) for each on the pool's persistent workers and the
+// calling thread (no thread is created per call). Returns the number of
+// chunks. fn must not throw. One chunk runs inline on the caller: no
+// hand-over and no allocation (the steady state of small calls).
 template <typename Fn>
-int ParallelChunks(int threads, int64_t items, int64_t min_chunk, const Fn& fn) {
-  const int chunks = ChunkCount(threads, items, min_chunk);
+int ParallelChunks(WorkerPool& pool, int threads, int64_t items, int64_t min_chunk, const Fn& fn) {
+  const int chunks = ChunkCount(std::min(std::max(threads, 1), pool.size()), items, min_chunk);
   if (chunks == 1) {
     fn(0, int64_t{0}, items);
     return 1;
   }
   auto bounds = [&](int c) { return items * c / chunks; };
-  {
-    std::vector<std::jthread> workers;
-    workers.reserve(static_cast<size_t>(chunks - 1));
-    for (int c = 1; c < chunks; ++c) {
-      workers.emplace_back([&fn, c, b = bounds(c), e = bounds(c + 1)] { fn(c, b, e); });
-    }
-    fn(0, bounds(0), bounds(1));
-  }  // jthreads join here
+  pool.Run(chunks, [&](int c) { fn(c, bounds(c), bounds(c + 1)); });
   return chunks;
 }
 }  // namespace zen

@@ -218,9 +218,10 @@ TEST(RowIsNonZero, ZeroSignAndNaN) {
 
 TEST(ParallelChunks, CoversEveryItemOnce) {
   for (int threads : {1, 2, 5}) {
+    WorkerPool pool(threads);
     for (int64_t items : {0, 1, 10, 1000, 12345}) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(items));
-      const int chunks = ParallelChunks(threads, items, 100, [&](int, int64_t b, int64_t e) {
+      const int chunks = ParallelChunks(pool, threads, items, 100, [&](int, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
       });
       EXPECT_EQ(chunks, ChunkCount(threads, items, 100));

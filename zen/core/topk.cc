@@ -6,13 +6,12 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <utility>
 
 #include "zen/core/checked.h"
+#include "zen/core/worker_pool.h"
 
 namespace zen {
 namespace {
@@ -25,100 +24,6 @@ constexpr int kLevels = 3;
 constexpr std::array<int, kLevels> kShift = {20, 9, 0};
 constexpr std::array<int, kLevels> kBits = {11, 11, 9};
 constexpr size_t kBuckets = size_t{1} << 11;
-
-// A non-owning callable reference: no allocation when a call hands work to
-// the pool.
-class FnRef {
- public:
-  template <typename F>
-  explicit FnRef(F& f)
-      : obj_(&f), call_([](void* o, int part) { (*static_cast<F*>(o))(part); }) {}
-  void operator()(int part) const { call_(obj_, part); }
-
- private:
-  void* obj_;
-  void (*call_)(void*, int);
-};
-
-// threads - 1 persistent workers; Run(parts, fn) calls fn(0..parts-1), the
-// last part on the calling thread, and returns when all are done.
-class Pool {
- public:
-  explicit Pool(int threads) {
-    for (int i = 0; i + 1 < threads; ++i) workers_.emplace_back([this, i] { Loop(i); });
-  }
-  ~Pool() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    start_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
-
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
-
-  template <typename F>
-  void Run(int parts, F&& f) {
-    if (parts <= 1) {
-      if (parts == 1) f(0);
-      return;
-    }
-    FnRef fn(f);
-    {
-      std::lock_guard lock(mu_);
-      fn_ = &fn;
-      parts_ = parts;
-      pending_ = parts - 1;
-      ++generation_;
-    }
-    start_.notify_all();
-    std::exception_ptr mine;
-    try {
-      fn(parts - 1);
-    } catch (...) {
-      mine = std::current_exception();
-    }
-    std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    fn_ = nullptr;
-    if (mine) std::rethrow_exception(mine);
-    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-  }
-
- private:
-  void Loop(int index) {
-    uint64_t seen = 0;
-    std::unique_lock lock(mu_);
-    for (;;) {
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= parts_ - 1) continue;  // not needed for this call
-      const FnRef* fn = fn_;
-      lock.unlock();
-      std::exception_ptr error;
-      try {
-        (*fn)(index);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      lock.lock();
-      if (error && !error_) error_ = error;
-      if (--pending_ == 0) done_.notify_one();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable start_, done_;
-  std::vector<std::thread> workers_;
-  const FnRef* fn_ = nullptr;
-  int parts_ = 0;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
-};
 
 struct Part {
   size_t begin = 0, end = 0;
@@ -188,7 +93,7 @@ void Collect(float* data, const Part& part, int shift, uint32_t prefix, int64_t*
 
 struct TopKSelector::Impl {
   explicit Impl(int threads) : pool(threads), parts(static_cast<size_t>(threads)) {}
-  Pool pool;
+  WorkerPool pool;  // threads - 1 workers, started by the first parallel call
   std::vector<Part> parts;
   std::vector<uint32_t> sample;
   std::vector<uint32_t> candidates, sorted;  // keys of the boundary bucket

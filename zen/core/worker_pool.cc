@@ -1,0 +1,67 @@
+// zen/core/worker_pool.cc — see worker_pool.h.
+#include "zen/core/worker_pool.h"
+
+namespace zen {
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  start_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void WorkerPool::Start() {
+  if (!workers_.empty()) return;
+  workers_.reserve(static_cast<size_t>(threads_ - 1));
+  for (int i = 0; i + 1 < threads_; ++i) workers_.emplace_back([this, i] { Loop(i); });
+}
+
+void WorkerPool::Dispatch(int parts, const FnRef& fn) {
+  {
+    std::lock_guard lock(mu_);
+    fn_ = &fn;
+    parts_ = parts;
+    pending_ = parts - 1;
+    ++generation_;
+  }
+  start_.notify_all();
+  std::exception_ptr mine;
+  try {
+    fn(parts - 1);  // the last part on the calling thread
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  std::unique_lock lock(mu_);
+  done_.wait(lock, [&] { return pending_ == 0; });
+  fn_ = nullptr;
+  std::exception_ptr theirs = std::exchange(error_, nullptr);
+  lock.unlock();
+  if (mine) std::rethrow_exception(mine);
+  if (theirs) std::rethrow_exception(theirs);
+}
+
+void WorkerPool::Loop(int index) {
+  unsigned long long seen = 0;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    if (index >= parts_ - 1) continue;  // not needed by this Run
+    const FnRef* fn = fn_;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      (*fn)(index);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error && !error_) error_ = error;
+    if (--pending_ == 0) done_.notify_one();
+  }
+}
+
+}  // namespace zen
