@@ -84,7 +84,9 @@ struct HierarchicalHashPartitioner::Tables {
 };
 
 HierarchicalHashPartitioner::HierarchicalHashPartitioner(int threads, HierarchicalHashConfig config)
-    : threads_(EffectiveThreads(threads)), config_(config), tables_(std::make_unique<Tables>(threads_)) {
+    : threads_(EffectiveThreads(threads)),
+      config_(config),
+      tables_(std::make_unique<Tables>(threads_)) {
   if (config_.hashes < 1 || config_.hashes > kMaxHashes) {
     throw InvalidArgument(Where{}, "hierarchical hash: k = ", config_.hashes,
                           " second-level hashes is outside [1, ", kMaxHashes, "]");

@@ -1,12 +1,11 @@
 #include "zen/core/partition.h"
 
-#include <type_traits>
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "zen/core/error.h"
 #include "zen/core/hierarchical_hash.h"
@@ -217,7 +216,8 @@ void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t r
                                          const RowOwner& owner, Partitions& out) {
   std::vector<ChunkRows>& chunks =
       scratch_->Reset(ChunkCount(threads_, rows, kMinRowsPerChunk), owner.servers());
-  ParallelChunks(scratch_->pool, threads_, rows, kMinRowsPerChunk, [&](int c, int64_t begin, int64_t end) {
+  ParallelChunks(scratch_->pool, threads_, rows, kMinRowsPerChunk,
+                 [&](int c, int64_t begin, int64_t end) {
     ChunkRows& ch = chunks[static_cast<size_t>(c)];
     ForEachNonZeroRow(dense.data(), width, begin, end, [&](int64_t r) {
       const RowPlace at = owner.Locate(r);
@@ -228,7 +228,8 @@ void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t r
     });
   });
   Scatter(
-      chunks, owner, width, scratch_->pool, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
+      chunks, owner, width, scratch_->pool, threads_, scratch_->cursor, scratch_->order,
+      scratch_->sort_scratch,
       [](int64_t r) { return r; },
       [&](int64_t r) { return dense.data() + r * width; }, out);
 }
@@ -263,7 +264,8 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
     }
   });
   Scatter(
-      chunks, owner, width, scratch_->pool, threads_, scratch_->cursor, scratch_->order, scratch_->sort_scratch,
+      chunks, owner, width, scratch_->pool, threads_, scratch_->cursor, scratch_->order,
+      scratch_->sort_scratch,
       [&](int64_t i) -> const int64_t& { return ids[static_cast<size_t>(i)]; },
       [&](int64_t i) { return values.data() + i * width; }, out);
 }
@@ -273,9 +275,9 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
 // so one radix sort of (key, item) words by key orders the rows by server
 // and by position at once; each server's rows are then a run of the sorted
 // words (found by the servers' starts). Keys and items below 2^32 share one
-// 8-byte word. Measured for 41k rows of 4.1M, 8 servers: 0.55 ms against
-// 1.0 ms for the generic path's per-row server lookup, scatter by server and
-// per-server sorts.
+// 8-byte word. Measured for 41k rows of 4.1M, 8 servers: 0.43-0.50 ms
+// against 1.0 ms for the generic path's per-row server lookup, scatter by
+// server and per-server sorts (2026-12-04).
 void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
                                                   std::span<const float> values, int64_t width,
                                                   const RowOwner& owner, Partitions& out) {

@@ -74,6 +74,13 @@ void ExpectPartitionsOfDense(const Partitions& p, std::span<const float> dense, 
   }
 }
 
+void ExpectSamePartitions(const Partitions& a, const Partitions& b) {
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.positions, b.positions);
+  EXPECT_EQ(a.values, b.values);
+  EXPECT_EQ(a.offsets, b.offsets);
+}
+
 struct DenseCase {
   std::string partitioner;
   int threads;
@@ -97,10 +104,7 @@ TEST_P(DensePartitionTest, MatchesBruteForce) {
     // A second call on the same object (reused tables) gives the same.
     Partitions again;
     part->PartitionDense(dense, rows, c.width, owner, again);
-    EXPECT_EQ(again.ids, p.ids);
-    EXPECT_EQ(again.positions, p.positions);
-    EXPECT_EQ(again.values, p.values);
-    EXPECT_EQ(again.offsets, p.offsets);
+    ExpectSamePartitions(again, p);
   }
 }
 
@@ -126,10 +130,7 @@ TEST_P(DensePartitionTest, SparseInputMatchesBruteForce) {
     // A second call on the same object (reused scratch) gives the same.
     Partitions again;
     part->PartitionSparse(ids, values, c.width, owner, again);
-    EXPECT_EQ(again.ids, p.ids);
-    EXPECT_EQ(again.positions, p.positions);
-    EXPECT_EQ(again.values, p.values);
-    EXPECT_EQ(again.offsets, p.offsets);
+    ExpectSamePartitions(again, p);
   }
 }
 

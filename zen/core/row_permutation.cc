@@ -11,8 +11,9 @@ namespace zen {
 namespace {
 
 // The network (or its inverse) over the key field of every word, sixteen
-// words at a time (NetworkWords below); a result that falls outside [0, rows) walks its cycle on (rare: fewer than
-// half of them, none when rows is a power of two). Half-round i of the
+// words at a time (NetworkWords below); a result that falls outside
+// [0, rows) walks its cycle on (rare: fewer than half of them, none when
+// rows is a power of two). Half-round i of the
 // forward network xors hi with F_i(lo) (i even) or lo with F_i(hi) (i odd);
 // the inverse runs the same half-rounds from the last to the first. The
 // direction is a template argument so that each body unrolls with its
