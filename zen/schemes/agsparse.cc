@@ -6,6 +6,7 @@
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/wire.h"
+#include "zen/schemes/zen_merge.h"
 
 namespace zen {
 namespace {
@@ -19,23 +20,47 @@ class AgSparse final : public Scheme {
 
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
-    // One message per peer: [ids (int64 x nnz)][values (float x nnz x width)].
-    // AllGatherV exchanges the byte counts first.
-    const ByteBuffer mine = EncodeCoo(local.ids(), local.values());
-    std::vector<ByteBuffer> all =
-        AllGatherV(comm, mine, CooBytesBound(local.rows(), local.width()));
-    std::vector<SparseTensor> parts;
-    parts.reserve(all.size());
-    for (size_t r = 0; r < all.size(); ++r) {
-      if (static_cast<int>(r) == comm.rank()) {
-        parts.push_back(local);
+    // One message per peer: [ids (int64 x nnz)][values (float x nnz x width)],
+    // encoded into a buffer kept across calls; AllGatherVInto exchanges the
+    // byte counts in the transport's frames and receives into buffers kept
+    // across calls too. The gathered messages are merged where they lie (in
+    // rank order, this rank's own tensor read in place): the result's two
+    // vectors are the call's only allocations in steady state.
+    const int r = comm.rank();
+    const size_t w = static_cast<size_t>(local.width());
+    send_.clear();
+    AppendCoo(send_, local.ids(), local.values());
+    AllGatherVInto(comm, send_, recv_, CooBytesBound(local.rows(), local.width()), requests_);
+    parts_.clear();
+    for (size_t j = 0; j < recv_.size(); ++j) {
+      if (static_cast<int>(j) == r) {
+        parts_.push_back({local.ids(), local.values()});
         continue;
       }
-      parts.push_back(DecodeCoo(all[r], local.rows(), local.width(),
-                                Where{comm.rank(), local.name()}, static_cast<int>(r)));
+      const CooView m = ViewCoo(recv_[j], local.rows(), local.width(),
+                                Where{r, local.name()}, static_cast<int>(j));
+      parts_.push_back({m.ids, m.values});
     }
-    return SumAll(parts);
+    size_t total = 0;
+    for (const RowsView& p : parts_) total += p.ids.size();
+    merged_values_.resize(total * w);
+    MergeSumRowsInto(parts_, local.width(), merged_ids_, merged_values_.data(), merge_);
+    std::vector<int64_t> ids(merged_ids_.begin(), merged_ids_.end());
+    std::vector<float> values(merged_values_.begin(),
+                              merged_values_.begin() + static_cast<std::ptrdiff_t>(ids.size() * w));
+    return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
+                                    local.name());
   }
+
+ private:
+  // Kept across calls (capacity reused).
+  ByteBuffer send_;
+  std::vector<ByteBuffer> recv_;
+  RequestList requests_;
+  std::vector<RowsView> parts_;
+  MergeScratch merge_;
+  std::vector<int64_t> merged_ids_;
+  std::vector<float> merged_values_;
 };
 
 }  // namespace

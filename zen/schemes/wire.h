@@ -74,4 +74,14 @@ void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids, std::span<const fl
 SparseTensor DecodeCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width,
                        const Where& where, int sender);
 
+// The same checks as DecodeCoo, without a copy: the message's ids and
+// values viewed in place (bytes must be 8-byte aligned, as a ByteBuffer's
+// data is, and outlive the views).
+struct CooView {
+  std::span<const int64_t> ids;
+  std::span<const float> values;
+};
+CooView ViewCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width, const Where& where,
+                int sender);
+
 }  // namespace zen
