@@ -1,5 +1,6 @@
 #include "zen/schemes/wire.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace zen {
@@ -19,34 +20,57 @@ ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const float> values
   return out;
 }
 
-CooView ViewCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width, const Where& where,
-                int sender) {
+namespace {
+
+// nnz of a COO message of `bytes` bytes; FormatError unless whole rows.
+size_t CooRows(std::span<const std::byte> bytes, int64_t width, const Where& where, int sender) {
   const size_t per_row = CooBytes(1, width);
   if (bytes.size() % per_row != 0) {
     throw FormatError(where, "COO message from rank ", sender, " has ", bytes.size(),
                       " bytes, not a multiple of the ", per_row, "-byte row (width ", width, ")");
   }
-  const size_t nnz = bytes.size() / per_row;
-  if (nnz == 0) return {};
-  // int64 ids at offset 0 (8-byte aligned: ByteBuffer storage), then floats.
-  const std::span<const int64_t> ids(reinterpret_cast<const int64_t*>(bytes.data()), nnz);
-  const std::span<const float> values(
-      reinterpret_cast<const float*>(bytes.data() + nnz * sizeof(int64_t)),
-      nnz * static_cast<size_t>(width));
-  for (size_t i = 0; i < nnz; ++i) {
+  return bytes.size() / per_row;
+}
+
+void CheckCooIds(std::span<const int64_t> ids, int64_t rows, const Where& where, int sender) {
+  for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= rows || (i > 0 && ids[i] <= ids[i - 1])) {
       throw FormatError(where, "COO message from rank ", sender, " holds id ", ids[i],
                         " at position ", i, ": ids must be increasing and inside [0, ", rows, ")");
     }
   }
+}
+
+}  // namespace
+
+CooView ViewCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width, const Where& where,
+                int sender) {
+  const size_t nnz = CooRows(bytes, width, where, sender);
+  if (nnz == 0) return {};
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(int64_t) != 0) {
+    throw InvalidArgument(where, "ViewCoo: the message from rank ", sender,
+                          " does not start 8-byte aligned (DecodeCoo copies any message)");
+  }
+  // int64 ids at offset 0, then the floats.
+  const std::span<const int64_t> ids(reinterpret_cast<const int64_t*>(bytes.data()), nnz);
+  const std::span<const float> values(
+      reinterpret_cast<const float*>(bytes.data() + nnz * sizeof(int64_t)),
+      nnz * static_cast<size_t>(width));
+  CheckCooIds(ids, rows, where, sender);
   return {ids, values};
 }
 
 SparseTensor DecodeCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width,
                        const Where& where, int sender) {
-  const CooView view = ViewCoo(bytes, rows, width, where, sender);
-  return SparseTensor::FromSorted(rows, width, std::vector<int64_t>(view.ids.begin(), view.ids.end()),
-                                  std::vector<float>(view.values.begin(), view.values.end()),
+  const size_t nnz = CooRows(bytes, width, where, sender);
+  std::vector<int64_t> ids(nnz);
+  std::vector<float> values(nnz * static_cast<size_t>(width));
+  if (nnz > 0) {  // copied, so the message may sit at any alignment
+    std::memcpy(ids.data(), bytes.data(), nnz * sizeof(int64_t));
+    std::memcpy(values.data(), bytes.data() + nnz * sizeof(int64_t), values.size() * sizeof(float));
+  }
+  CheckCooIds(ids, rows, where, sender);
+  return SparseTensor::FromSorted(rows, width, std::move(ids), std::move(values),
                                   std::string(where.tensor));
 }
 

@@ -75,8 +75,8 @@ SparseTensor DecodeCoo(std::span<const std::byte> bytes, int64_t rows, int64_t w
                        const Where& where, int sender);
 
 // The same checks as DecodeCoo, without a copy: the message's ids and
-// values viewed in place (bytes must be 8-byte aligned, as a ByteBuffer's
-// data is, and outlive the views).
+// values viewed in place. bytes must start 8-byte aligned, as a
+// ByteBuffer's data does (InvalidArgument otherwise), and outlive the views.
 struct CooView {
   std::span<const int64_t> ids;
   std::span<const float> values;
