@@ -24,8 +24,9 @@ class AgSparse final : public Scheme {
     // encoded into a buffer kept across calls; AllGatherVInto exchanges the
     // byte counts in the transport's frames and receives into buffers kept
     // across calls too. The gathered messages are merged where they lie (in
-    // rank order, this rank's own tensor read in place): the result's two
-    // vectors are the call's only allocations in steady state.
+    // rank order, this rank's own tensor read in place) straight into the
+    // result, whose two vectors are the call's only allocations in steady
+    // state.
     const int r = comm.rank();
     const size_t w = static_cast<size_t>(local.width());
     send_.clear();
@@ -41,13 +42,12 @@ class AgSparse final : public Scheme {
                                 Where{r, local.name()}, static_cast<int>(j));
       parts_.push_back({m.ids, m.values});
     }
-    size_t total = 0;
-    for (const RowsView& p : parts_) total += p.ids.size();
-    merged_values_.resize(total * w);
-    MergeSumRowsInto(parts_, local.width(), merged_ids_, merged_values_.data(), merge_);
-    std::vector<int64_t> ids(merged_ids_.begin(), merged_ids_.end());
-    std::vector<float> values(merged_values_.begin(),
-                              merged_values_.begin() + static_cast<std::ptrdiff_t>(ids.size() * w));
+    // A keys-only merge sizes the result, the second writes it: no scratch
+    // of n x nnz rows is kept between calls (only the messages are).
+    const size_t union_rows = MergedCount(parts_, merge_);
+    std::vector<int64_t> ids(union_rows);
+    std::vector<float> values(union_rows * w);
+    MergeSumRowsInto(parts_, local.width(), ids.data(), values.data(), merge_);
     return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
                                     local.name());
   }
@@ -59,8 +59,6 @@ class AgSparse final : public Scheme {
   RequestList requests_;
   std::vector<RowsView> parts_;
   MergeScratch merge_;
-  std::vector<int64_t> merged_ids_;
-  std::vector<float> merged_values_;
 };
 
 }  // namespace

@@ -19,12 +19,9 @@ size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch) {
   return count;
 }
 
-void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
-                      std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch) {
+size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t* out_ids,
+                        float* out_values, MergeScratch& scratch) {
   const size_t w = static_cast<size_t>(width);
-  size_t total = 0;
-  for (const RowsView& p : parts) total += p.ids.size();
-  out_ids.resize(total);
   size_t out = 0;
   ForEachMerged(parts, scratch, [&](int64_t id, size_t p, size_t i) {
     const float* src = parts[p].values.data() + i * w;
@@ -37,7 +34,15 @@ void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
       ++out;
     }
   });
-  out_ids.resize(out);
+  return out;
+}
+
+void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
+                      std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch) {
+  size_t total = 0;
+  for (const RowsView& p : parts) total += p.ids.size();
+  out_ids.resize(total);
+  out_ids.resize(MergeSumRowsInto(parts, width, out_ids.data(), out_values, scratch));
 }
 
 void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,

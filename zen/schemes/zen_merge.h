@@ -66,6 +66,11 @@ size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch);
 void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
                       std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch);
 
+// Merges into caller memory of exactly MergedCount entries (out_ids) and
+// MergedCount x width floats (out_values); returns that count.
+size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t* out_ids,
+                        float* out_values, MergeScratch& scratch);
+
 // out_ids / out_values are replaced.
 void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
                   std::vector<float>& out_values, MergeScratch& scratch);
