@@ -5,7 +5,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <type_traits>
 
 #include "zen/core/error.h"
 #include "zen/core/hierarchical_hash.h"
@@ -81,29 +80,19 @@ void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t widt
   out.values.resize(static_cast<size_t>(pos) * static_cast<size_t>(width));
   ParallelChunks(pool, threads, pos, kMinSparseRowsPerChunk, [&](int, int64_t begin, int64_t end) {
     // The items are in position order, i.e. at random places of the input:
-    // the reads of a later item's id and row are started ahead (a gather
-    // bound by memory latency otherwise).
+    // a later item's row is read ahead (a gather bound by memory latency
+    // otherwise).
     constexpr int64_t kAhead = 16;
     const KeyItem* items = order.data();
     int64_t* ids = out.ids.data();
     int64_t* positions = out.positions.data();
     float* values = out.values.data();
     for (int64_t p = begin; p < end; ++p) {
-      if (p + kAhead < end) {
-        const int64_t next = items[p + kAhead].item;
-        if constexpr (std::is_lvalue_reference_v<decltype(id_of(next))>) {
-          __builtin_prefetch(&id_of(next));  // the sparse path reads ids from its input
-        }
-        __builtin_prefetch(row_of(next));
-      }
+      if (p + kAhead < end) __builtin_prefetch(row_of(items[p + kAhead].item));
       const KeyItem x = items[p];
       ids[p] = id_of(x.item);
       positions[p] = x.key;
-      if (width == 1) {
-        values[p] = *row_of(x.item);
-      } else {
-        CopyRow(values + p * width, row_of(x.item), width);
-      }
+      CopyRow(values + p * width, row_of(x.item), width);
     }
   });
 }
@@ -266,7 +255,7 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
   Scatter(
       chunks, owner, width, scratch_->pool, threads_, scratch_->cursor, scratch_->order,
       scratch_->sort_scratch,
-      [&](int64_t i) -> const int64_t& { return ids[static_cast<size_t>(i)]; },
+      [&](int64_t i) { return ids[static_cast<size_t>(i)]; },
       [&](int64_t i) { return values.data() + i * width; }, out);
 }
 
@@ -325,11 +314,7 @@ void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
       const size_t item = static_cast<size_t>(words[p] & 0xFFFFFFFFu);
       out_ids[p] = ids[item];
       positions[p] = static_cast<int64_t>((words[p] >> 32) - start);
-      if (w == 1) {
-        out_values[p] = values[item];
-      } else {
-        CopyRow(out_values + p * w, values.data() + item * w, width);
-      }
+      CopyRow(out_values + p * w, values.data() + item * w, width);
     }
   }
   out.offsets[static_cast<size_t>(servers)] = static_cast<int64_t>(p);
