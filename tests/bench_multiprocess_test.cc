@@ -86,6 +86,25 @@ TEST(BenchMultiProcess, AgSparseReceivesEveryOtherRanksCoo) {
   }
 }
 
+// --output dense: every scheme writes the sum into a dense buffer
+// (Scheme::SyncInto) and the check reads that buffer; element-sparse rows so
+// that zen's unsorted write path runs; a wrong form is a usage error.
+TEST(BenchMultiProcess, DenseOutputExactForEveryScheme) {
+  const BenchRun run = Bench(
+      "--world 3 --iters 2 --warmup 1 --output dense "
+      "--synthetic zipf:rows=200000,width=1,density=0.01,skew=1.1");
+  ASSERT_EQ(run.status, 0);
+  EXPECT_EQ(run.report["output"], "dense");
+  ASSERT_EQ(run.report["results"].size(), zen::AllSchemes().ids().size());
+  for (const auto& r : run.report["results"]) {
+    SCOPED_TRACE(r["scheme"].get<std::string>());
+    ASSERT_FALSE(r.contains("error")) << r["error"];
+    EXPECT_LE(r["max_rel_error"].get<double>(), 1e-5);
+    EXPECT_EQ(r["rows_mismatch"].get<int64_t>(), 0);
+  }
+  EXPECT_NE(Bench("--world 2 --output coo --synthetic zipf:rows=100").status, 0);
+}
+
 TEST(BenchMultiProcess, BadSchemeNameFailsBeforeSpawning) {
   const BenchRun run = Bench("--world 2 --schemes nosuch --synthetic zipf:rows=100");
   EXPECT_NE(run.status, 0);

@@ -11,6 +11,11 @@
 //       on_done=lambda handle: ...)
 //   sums = h.wait()   # [(ids, values)] of the sparse items, in order
 //
+// A sparse item with {"out": array, "divisor": d} has its sum divided by d
+// written into `array` (float32, C-contiguous, rows x width values; zeros
+// elsewhere: Scheme::SyncInto) and None in wait()'s list: no sorted result,
+// no copy (the top-k hook writes each bucket's mean this way).
+//
 // Every item's problem (dtype, layout, ids that are not integers) is put on
 // the item rather than raised here, so that it travels through the batch's
 // metadata round and every rank raises for the batch. A dense or sparse item
@@ -73,6 +78,10 @@ class PyHandle {
     }
     py::list out;
     for (size_t i = 0; i < batch_->outputs.size(); ++i) {
+      if (batch_->outputs[i] == nullptr) {  // written into the item's "out" array
+        out.append(py::none());
+        continue;
+      }
       const SparseTensor& s = *batch_->outputs[i];
       const auto nnz = static_cast<py::ssize_t>(s.nnz());
       py::array_t<int64_t> ids(nnz);
@@ -139,6 +148,31 @@ void AddItem(PyBatch& b, const py::handle& item) {
       }
     }
     if (d.contains("rank_order")) t.rank_order = py::bool_(d["rank_order"]);
+    if (d.contains("out")) {  // sparse items only (checked by the caller)
+      const py::object obj = d["out"];
+      t.into = true;
+      if (!py::isinstance<py::array>(obj)) {
+        if (error.empty()) error = "out must be a numpy array, got " + TypeName(obj);
+      } else {
+        auto a = py::reinterpret_borrow<py::array>(obj);
+        if (!a.dtype().is(py::dtype::of<float>())) {
+          if (error.empty()) error = "out has dtype " + py::str(a.dtype()).cast<std::string>() + ", expected float32";
+        } else if (!a.writeable() || !(a.flags() & py::array::c_style)) {
+          if (error.empty()) error = "out must be writable and C-contiguous";
+        } else {
+          t.sparse_into = std::span<float>(static_cast<float*>(a.mutable_data()),
+                                           static_cast<size_t>(a.size()));
+          b.keep.push_back(obj);
+        }
+      }
+    }
+    if (d.contains("divisor")) {
+      try {
+        t.divisor = d["divisor"].cast<float>();
+      } catch (const py::cast_error&) {
+        if (error.empty()) error = "divisor must be a number, got " + TypeName(d["divisor"]);
+      }
+    }
     if (d.contains("sum_order")) {
       // [(first element, start rank), ...]: the order ranks are added in.
       try {
@@ -154,6 +188,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
   };
   if (kind == "dense" && (n == 5 || n == 6)) {
     options(5);
+    if (t.into && error.empty()) error = "\"out\" is for sparse items";
     t.kind = BatchTensor::Kind::kDense;
     t.rows = ToInt64(tuple[py::int_(3)], "rows", error);
     t.width = ToInt64(tuple[py::int_(4)], "width", error);
@@ -210,9 +245,9 @@ void AddItem(PyBatch& b, const py::handle& item) {
         error = "out of memory building the input tensor";
       }
     }
-    // One output per sparse item; with an error it stays empty (the batch
-    // fails on every rank).
-    b.outputs.push_back(std::make_unique<SparseTensor>());
+    // One output per sparse item (none when written into "out"); with an
+    // error it stays empty (the batch fails on every rank).
+    b.outputs.push_back(t.into ? nullptr : std::make_unique<SparseTensor>());
     b.out_width.push_back(t.width > 0 ? t.width : 1);
     if (error.empty()) {
       t.sparse = input.get();

@@ -1,7 +1,8 @@
 """zen.Context from Python on 2 and 3 real processes (TCP over loopback):
 batches of dense and sparse items summed against numpy, completion callbacks
-run once from the progress thread, and one rank's bad item fails the batch
-on every rank without a hang."""
+run once from the progress thread, one rank's bad item fails the batch on
+every rank without a hang, and a sparse item written into a dense array
+("out", divided by "divisor")."""
 
 import multiprocessing as mp
 import traceback
@@ -39,11 +40,25 @@ def _worker(rank, world, url, out):
             error = str(e)
         after = np.full(7, 1.0, dtype=np.float32)
         ctx.start("after", [("dense", "b", after, 7, 1)]).wait()
+        # Sparse in, dense out: the sum divided by 2 written into `into`
+        # (zeros elsewhere), None in wait()'s list; a wrong-sized out on
+        # rank 1 fails that batch on every rank.
+        ids = np.array([rank, 90, rank], dtype=np.int64)
+        into = np.full((100, 2), 5.0, dtype=np.float32)
+        into_items = [("sparse", "emb", 100, 2, ids, np.ones((3, 2), dtype=np.float32),
+                       {"out": into, "divisor": 2.0})]
+        into_result = ctx.start("into", into_items).wait()
+        short = np.zeros(199 if rank == 1 else 200, dtype=np.float32)
+        try:
+            ctx.start("into", [into_items[0][:6] + ({"out": short},)]).wait()
+            into_error = None
+        except ValueError as e:
+            into_error = str(e)
         out.put((rank, [d.tolist() for d in dense], [v.tolist() for v in vec],
                  [[(i.tolist(), v.tolist()) for i, v in r] for r in results], sorted(done),
-                 error, after.tolist(), None))
+                 error, after.tolist(), (into.tolist(), into_result, into_error), None))
     except Exception:
-        out.put((rank, None, None, None, None, None, None, traceback.format_exc()))
+        out.put((rank, None, None, None, None, None, None, None, traceback.format_exc()))
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -61,7 +76,7 @@ def test_context_batches_from_python(tmp_path, world):
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    for rank, (dense, vec, sparse, done, error, after, tb) in got.items():
+    for rank, (dense, vec, sparse, done, error, after, into, tb) in got.items():
         assert tb is None, tb
         # The independent reference: each rank's inputs regenerated here.
         for k in range(3):
@@ -82,3 +97,12 @@ def test_context_batches_from_python(tmp_path, world):
         assert error is not None and (("float64" in error) == (rank == 1)), error
         assert f"rank {rank}" in error
         assert after == [float(world)] * 7
+        into, into_result, into_error = into
+        assert into_result == [None]
+        expect = np.zeros((100, 2))
+        expect[:world] = 1.0  # rows 0..world-1: 2 / 2
+        expect[90] = world / 2
+        np.testing.assert_array_equal(np.array(into), expect)
+        assert into_error is not None and "rank 1" in into_error, into_error
+        if rank == 1:
+            assert "dense output has" in into_error, into_error

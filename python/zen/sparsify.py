@@ -22,9 +22,10 @@ that stay dense (0-/1-D ones such as biases and norms, those below
 ``fuse=False``: one element-sparse item per sparsified
 parameter (rows = numel) and one dense item per dense parameter; each item's
 data moves with its own scheme rounds, so fusing saves rounds, not bytes
-(a dense parameter's values cost 12 bytes each instead of 4). The global sum
-is written back densely into the bucket and divided by the world size; the
-future is completed from zen's progress thread (backward goes on meanwhile).
+(a dense parameter's values cost 12 bytes each instead of 4). zen writes
+the global sum, divided by the world size, straight into the bucket (the
+item's "out"/"divisor": Scheme::SyncInto); the future is completed from
+zen's progress thread (backward goes on meanwhile).
 
 Warm-up (DGC): the first ``warmup_steps`` steps go through the process
 group's allreduce exactly as plain DDP (bit-identical, nothing kept in the
@@ -325,6 +326,12 @@ def _sparse_bucket(state, bucket, ratio):
     fuse = state.fuse
     items = []
     scatter = []  # (offset, numel) of each sparse item (per parameter), in order
+    divide = []  # bucket slices summed in place (dense items), divided by world when done
+    # A sparse item's mean is written by zen straight into the bucket (zeros
+    # elsewhere): no sorted result, no scatter or division pass here.
+    into = {"divisor": float(world)}
+    if state.scheme:
+        into["scheme"] = state.scheme
     sel_ids, sel_values = [], []  # fused: the selections, ids relative to the bucket
     any_selected = False
     recorded = state.recording()
@@ -351,6 +358,7 @@ def _sparse_bucket(state, bucket, ratio):
                 sel_values.append(grad)
             else:
                 items.append(("dense", name, grad, n, 1))
+                divide.append(flat[offset:offset + n])
             sent += n
             if recorded is not None:  # copied: the dense sum lands in `grad`
                 parts.append((j, name, n, np.arange(n, dtype=np.int64), grad.copy()))
@@ -370,8 +378,7 @@ def _sparse_bucket(state, bucket, ratio):
             sel_ids.append(ids + offset)
             sel_values.append(values)
         else:
-            item = ("sparse", name, n, 1, ids, values)
-            items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+            items.append(("sparse", name, n, 1, ids, values, dict(into, out=grad)))
             scatter.append((offset, n))
         sent += len(ids)
         if recorded is not None:
@@ -380,14 +387,14 @@ def _sparse_bucket(state, bucket, ratio):
         # One element-sparse item for the whole bucket (rows = the bucket's
         # values): every selection and every value of the parameters that
         # stay dense; one data phase per bucket instead of one per parameter.
-        item = ("sparse", "topk", flat.numel(), 1, np.concatenate(sel_ids),
-                np.concatenate(sel_values))
-        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
+        items.append(("sparse", "topk", flat.numel(), 1, np.concatenate(sel_ids),
+                      np.concatenate(sel_values), dict(into, out=array)))
         scatter.append((0, flat.numel()))
     elif fuse and sel_ids:
         # Nothing sparsified (all parameters dense, or ratio 1 with momentum):
         # the whole bucket as one dense item, summed in place.
         items.append(("dense", "dense", array, array.size, 1))
+        divide.append(flat)
     record["select_s"] += time.perf_counter() - t_select
     record["values_sent"] += sent
     record["values_total"] += total
@@ -426,12 +433,9 @@ def _sparse_bucket(state, bucket, ratio):
             if layout is not None:
                 gathered = results[len(scatter):]
                 results = results[:len(scatter)]
-            with torch.no_grad():
-                for (offset, n), (ids, values) in zip(scatter, results):
-                    out = array[offset:offset + n]
-                    out.fill(0.0)
-                    out[ids] = values.reshape(-1)
-                flat.div_(world)
+            with torch.no_grad():  # the sparse items' means are in the bucket already
+                for part in divide:
+                    part.div_(world)
             _account_done(record, live, [t0])
             if layout is not None:
                 _keep_recorded(state, recorded, layout, gathered)

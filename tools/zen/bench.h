@@ -39,6 +39,10 @@ struct BenchConfig {
   bool progress = false;
   int threads = 0;
   std::string wire_iface;  // testbed: interface whose counters give wire bytes
+  // The result's form: false, a sorted sparse tensor (Scheme::Sync); true,
+  // written into a dense buffer of rows x width (Scheme::SyncInto, the
+  // top-k hook's contract), allocated once per scheme.
+  bool output_dense = false;
 };
 
 // Runs every scheme on this rank and returns the gathered report (JSON as

@@ -40,7 +40,8 @@ namespace {
 constexpr int kExitInexact = 3;
 
 constexpr const char* kHelp = R"(usage: zen bench [--world N] [--trace FILE [--tensor NAME] | --synthetic SPEC]
-                 [--schemes LIST|all] [--iters K] [--warmup W] [--json OUT] [--quiet]
+                 [--schemes LIST|all] [--iters K] [--warmup W] [--output sparse|dense]
+                 [--json OUT] [--quiet]
                  [--sweep rows|density [--sweep-range FROM:TO:F]]
                  [--transport gloo|mpi] [--testbed NxRATE] [--peers LIST|all]
                  [--rank R --rendezvous URL [--hostname ADDR]] [--timeout-s S]
@@ -58,6 +59,10 @@ failed, 2 on a wrong command line (docs/benchmark.md).
   --synthetic SPEC   zipf:rows=R,width=W,density=D,skew=S[,seed=X]
   --schemes LIST     comma-separated scheme ids, or all (default)
   --iters K          measured iterations (default 5); --warmup W (default 1)
+  --output FORM      sparse (default): each scheme returns the sorted sum
+                     (Scheme::Sync); dense: it writes the sum into a dense
+                     buffer, zeros elsewhere (Scheme::SyncInto, the top-k
+                     hook's contract; the buffer is allocated once)
   --json OUT         also write the report as JSON (docs/benchmark.md)
   --quiet            no progress display (also off when stderr is no terminal)
   --sweep KIND       a size sweep like nccl-tests: rows (4096 to 4194304, x4)
@@ -84,7 +89,7 @@ const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", 
                                        "iters", "warmup", "json", "rank", "rendezvous",
                                        "hostname", "timeout-s", "threads", "prefix",
                                        "testbed", "peers", "report-file", "wire-iface",
-                                       "transport", "sweep", "sweep-range"};
+                                       "transport", "sweep", "sweep-range", "output"};
 const std::set<std::string> kSwitches = {"quiet", "progress"};
 
 BenchConfig Config(const Flags& flags, const Environment& env) {
@@ -102,6 +107,11 @@ BenchConfig Config(const Flags& flags, const Environment& env) {
   c.progress = flags.Has("progress");
   c.threads = static_cast<int>(flags.Int("threads", 0));
   c.wire_iface = flags.Str("wire-iface", "");
+  const std::string output = flags.Str("output", "sparse");
+  if (output != "sparse" && output != "dense") {
+    throw UsageError("--output " + output + ": expected sparse or dense");
+  }
+  c.output_dense = output == "dense";
   return c;
 }
 

@@ -98,4 +98,36 @@ Agreement SparseReference::Compare(const SparseTensor& got) const {
   return out;
 }
 
+Agreement SparseReference::CompareDense(std::span<const float> got) const {
+  Agreement out;
+  const size_t w = static_cast<size_t>(width_);
+  if (got.size() != static_cast<size_t>(rows_) * w) {
+    out.max_rel_error = INFINITY;
+    out.rows_mismatch = present_rows();
+    return out;
+  }
+  double max_err = 0;
+  size_t k = 0;  // next reference row
+  for (int64_t row = 0; row < rows_; ++row) {
+    const float* g = got.data() + static_cast<size_t>(row) * w;
+    if (k < ids_.size() && ids_[k] == row) {
+      const double* want = sum_.data() + k * w;
+      for (size_t j = 0; j < w; ++j) max_err = std::max(max_err, ElementError(g[j], want[j]));
+      ++k;
+      continue;
+    }
+    bool nonzero = false;
+    for (size_t j = 0; j < w; ++j) {
+      if (g[j] != 0.0f) {
+        nonzero = true;
+        max_err = std::max(max_err, ElementError(g[j], 0.0));
+      }
+    }
+    if (nonzero) ++out.rows_mismatch;
+  }
+  out.max_rel_error = max_abs_ > 0 ? max_err / max_abs_ : max_err;
+  if (std::isnan(max_err)) out.max_rel_error = NAN;
+  return out;
+}
+
 }  // namespace zen::cli

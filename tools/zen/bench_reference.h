@@ -30,6 +30,11 @@ class SparseReference {
   explicit SparseReference(std::span<const SparseTensor> inputs);
 
   Agreement Compare(const SparseTensor& got) const;
+  // For a result written densely (Scheme::SyncInto, `zen bench --output
+  // dense`): [rows x width] values; the present rows against the sum, and
+  // every other row must be all zero (one that is not counts as a
+  // mismatched row). A present row whose sum is zero cannot be told apart.
+  Agreement CompareDense(std::span<const float> got) const;
 
   int64_t present_rows() const { return static_cast<int64_t>(ids_.size()); }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -100,6 +101,46 @@ TEST(SparseReference, AgreesWithDenseReference) {
     ExpectSame(sparse.Compare(wrong), dense.Compare(wrong));
     const SparseTensor empty = SparseTensor::FromCoo(rows, width, {}, {});
     ExpectSame(sparse.Compare(empty), dense.Compare(empty));
+  }
+}
+
+// The dense form (zen bench --output dense): the same verdict as
+// DenseReference::CompareDense on exact, perturbed, missing, extra, NaN
+// and wrongly sized results.
+TEST(SparseReference, DenseResultsAgreeWithDenseReference) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(seed);
+    const int64_t rows = 50 + seed * 7, width = 1 + seed % 4;
+    const auto inputs = RandomInputs(1 + static_cast<int>(seed % 5), rows, width, 3 + static_cast<int>(seed), seed);
+    const SparseReference sparse(inputs);
+    const DenseReference dense(inputs);
+    const std::vector<float> exact = SumAll(inputs).ToDense();
+    ExpectSame(sparse.CompareDense(exact), dense.CompareDense(exact));
+    EXPECT_EQ(sparse.CompareDense(exact).rows_mismatch, 0);
+    EXPECT_LE(sparse.CompareDense(exact).max_rel_error, 1e-6);
+    const size_t w = static_cast<size_t>(width);
+    const int64_t first = SumAll(inputs).ids()[0];
+    auto off = exact;
+    off[static_cast<size_t>(first) * w] += 0.5f;
+    ExpectSame(sparse.CompareDense(off), dense.CompareDense(off));
+    auto missing = exact;  // a present row zeroed
+    std::fill_n(missing.begin() + static_cast<std::ptrdiff_t>(first * width), width, 0.0f);
+    ExpectSame(sparse.CompareDense(missing), dense.CompareDense(missing));
+    for (int64_t extra = 0; extra < rows; ++extra) {  // a row no rank has, non-zero
+      if (exact[static_cast<size_t>(extra) * w] != 0.0f) continue;
+      const auto ids = SumAll(inputs).ids();
+      if (std::binary_search(ids.begin(), ids.end(), extra)) continue;
+      auto more = exact;
+      more[static_cast<size_t>(extra) * w] = 0.25f;
+      ExpectSame(sparse.CompareDense(more), dense.CompareDense(more));
+      EXPECT_EQ(sparse.CompareDense(more).rows_mismatch, 1);
+      break;
+    }
+    auto nan = exact;
+    nan[static_cast<size_t>(first) * w] = NAN;
+    ExpectSame(sparse.CompareDense(nan), dense.CompareDense(nan));
+    const std::vector<float> shorter(exact.size() - 1);
+    ExpectSame(sparse.CompareDense(shorter), dense.CompareDense(shorter));
   }
 }
 

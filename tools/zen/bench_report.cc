@@ -45,8 +45,13 @@ void PrintReport(const nlohmann::json& report) {
   } else {
     std::printf("\n");
   }
-  std::printf("timing    %d iterations after %d warm-up; time = slowest rank per iteration\n\n",
+  std::printf("timing    %d iterations after %d warm-up; time = slowest rank per iteration\n",
               report["iters"].get<int>(), report["warmup"].get<int>());
+  if (report.value("output", "sparse") == "dense") {
+    std::printf("output    dense: each scheme writes the sum into a buffer of rows x width "
+                "(SyncInto)\n");
+  }
+  std::printf("\n");
   const bool wire = report.contains("link");
   std::printf("%-18s %11s %11s %11s %11s %11s %11s %8s", "scheme", "median ms", "min ms",
               "sent max", "sent mean", "recv max", "recv mean", "recv/LB");

@@ -67,6 +67,10 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
   // state (what a training job gets after its first steps); how many there
   // were is reported. The same on every rank (the trials end together).
   auto* autoscheme = dynamic_cast<AutoScheme*>(scheme.get());
+  std::vector<float> dense_out;
+  if (config.output_dense) {
+    dense_out.resize(static_cast<size_t>(local.rows()) * static_cast<size_t>(local.width()));
+  }
   int warmup = config.warmup;
   int trial_calls = 0;
   for (int it = 0; it < warmup + config.iters; ++it) {
@@ -89,12 +93,18 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
     comm.ResetCounters();
     const double cpu0 = CpuSeconds();
     const auto t0 = std::chrono::steady_clock::now();
-    const SparseTensor sum = scheme->Sync(comm, local);
+    SparseTensor sum;
+    if (config.output_dense) {
+      scheme->SyncInto(comm, local, dense_out);
+    } else {
+      sum = scheme->Sync(comm, local);
+    }
     const auto t1 = std::chrono::steady_clock::now();
     const double cpu1 = CpuSeconds();
     sent = comm.counters().total_sent();
     recv = comm.counters().total_recv();
-    const Agreement a = reference.Compare(sum);
+    const Agreement a =
+        config.output_dense ? reference.CompareDense(dense_out) : reference.Compare(sum);
     max_err = std::max(max_err, a.max_rel_error);
     mismatch = std::max(mismatch, a.rows_mismatch);
     if (it >= warmup) {
@@ -277,7 +287,8 @@ json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& 
     by_rank.push_back(json::parse(std::string(reinterpret_cast<const char*>(b.data()), b.size())));
   }
   json report = {{"world_size", comm.size()}, {"tensor", TensorSummary(workload)},
-                 {"iters", config.iters},     {"warmup", config.warmup}};
+                 {"iters", config.iters},     {"warmup", config.warmup},
+                 {"output", config.output_dense ? "dense" : "sparse"}};
   json results = json::array();
   for (size_t k = 0; k < config.schemes.size(); ++k) {
     std::vector<json> ranks;

@@ -166,14 +166,14 @@ std::vector<std::string> AutoScheme::Shortlist(const AutoDecision& d) {
   return out;
 }
 
-SparseTensor AutoScheme::RunTrial(TensorState& state, Communicator& comm, const SparseTensor& local) {
+void AutoScheme::RunTrial(TensorState& state, Communicator& comm,
+                          const std::function<void(Scheme&)>& run) {
   Scheme& scheme = Chosen(state.decision.shortlist[state.live[state.next]]);
   const auto t0 = std::chrono::steady_clock::now();
-  SparseTensor sum = Dispatch(scheme, comm, local);
+  run(scheme);
   const auto t1 = std::chrono::steady_clock::now();
   state.round_times.push_back(std::chrono::duration<double>(t1 - t0).count());
   if (++state.next == state.live.size()) EndRound(state, comm);
-  return sum;
 }
 
 void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
@@ -224,6 +224,18 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
 }
 
 SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
+  SparseTensor sum;
+  Route(comm, local, [&](Scheme& s) { sum = Dispatch(s, comm, local); });
+  return sum;
+}
+
+void AutoScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                            float divisor) {
+  Route(comm, local, [&](Scheme& s) { DispatchInto(s, comm, local, out, divisor); });
+}
+
+void AutoScheme::Route(Communicator& comm, const SparseTensor& local,
+                       const std::function<void(Scheme&)>& run) {
   const std::string key = Key(local);
   auto it = tensors_.find(key);
   if (it == tensors_.end()) it = tensors_.emplace(key, TensorState(options_.profiler)).first;
@@ -233,11 +245,15 @@ SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
     state.decision.tensor = local.name();
     state.decision.chosen = options_.force;
     state.decision.forced = true;
-    return Dispatch(Chosen(options_.force), comm, local);
+    run(Chosen(options_.force));
+    return;
   }
   if (state.profiler.Observe(comm, local)) Decide(state, local, comm.rank());
-  if (state.trying()) return RunTrial(state, comm, local);
-  return Dispatch(Chosen(state.decision.chosen), comm, local);
+  if (state.trying()) {
+    RunTrial(state, comm, run);
+    return;
+  }
+  run(Chosen(state.decision.chosen));
 }
 
 std::string FormatDecision(const AutoDecision& d) {

@@ -130,6 +130,8 @@ class AutoScheme final : public Scheme {
 
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override;
+  void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                  float divisor) override;
 
  private:
   struct TensorState {
@@ -147,7 +149,11 @@ class AutoScheme final : public Scheme {
   // The candidates to time, fastest predicted first (asks instances, so
   // not const).
   std::vector<std::string> Shortlist(const AutoDecision& d);
-  SparseTensor RunTrial(TensorState& state, Communicator& comm, const SparseTensor& local);
+  // Chooses the scheme for `local` (forced, timed in turn or decided) and
+  // calls run(scheme) once: the one path of both sparse entries.
+  void Route(Communicator& comm, const SparseTensor& local,
+             const std::function<void(Scheme&)>& run);
+  void RunTrial(TensorState& state, Communicator& comm, const std::function<void(Scheme&)>& run);
   void EndRound(TensorState& state, Communicator& comm);
   Scheme& Chosen(const std::string& id);
   void Log(const std::string& text) const;

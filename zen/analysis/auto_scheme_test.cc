@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "zen/testing/ranks.h"
 #include "zen/core/error.h"
@@ -63,6 +64,38 @@ TEST(AutoSchemeTest, ExactOverCallsAndSteadyStateCostsTheDelegate) {
     chosen = id;
   });
   EXPECT_EQ(auto_bytes, delegate_bytes) << "auto chose " << chosen;
+}
+
+// SyncInto through auto: every call (the timed candidates in turn, then the
+// chosen one) writes the exact sum into the caller's buffer, and the
+// decision is the same as the sparse entry's on the same input.
+TEST(AutoSchemeTest, SyncIntoIsExactThroughTheTrialsAndAfter) {
+  const auto inputs = GenerateSynthetic(
+      ParseSyntheticSpec("zipf:rows=50000,width=1,density=0.01,skew=1.1,seed=5"), 4);
+  const DenseReference reference(inputs);
+  std::mutex mu;
+  std::set<std::string> ran;
+  testing::RunRanks(Backend::kInProc, 4, [&](Communicator& comm) {
+    AutoOptions options;
+    options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/0};
+    AutoScheme scheme(BuiltinSchemes(), options);
+    const size_t r = static_cast<size_t>(comm.rank());
+    std::vector<float> out(50000);
+    int calls = 0;
+    for (bool last = false; !last; ++calls) {
+      last = calls > 0 && scheme.settled(inputs[r].name());
+      std::fill(out.begin(), out.end(), -1.0f);
+      scheme.SyncInto(comm, inputs[r], out);
+      const Agreement a = reference.CompareDense(out);
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, 1e-5) << "call " << calls;
+      EXPECT_EQ(a.rows_mismatch, 0) << "call " << calls;
+      ASSERT_LE(calls, 20) << "auto never settled";
+    }
+    std::lock_guard lock(mu);
+    ran.insert(scheme.decision(inputs[r].name())->chosen);
+  });
+  EXPECT_EQ(ran.size(), 1u) << "the ranks chose differently";
 }
 
 // The edges' view of the environment (what the CLI's main and the Python

@@ -133,8 +133,12 @@ std::string LocalError(const BatchTensor& t, const std::string& scheme,
                             " x width ", t.width);
     }
   } else {
-    if (t.sparse == nullptr || t.sparse_out == nullptr) {
+    if (t.sparse == nullptr || (!t.into && t.sparse_out == nullptr)) {
       return "a sparse batch tensor needs an input and an output";
+    }
+    if (t.into) {
+      const std::string why = SyncIntoError(*t.sparse, t.sparse_into, t.divisor);
+      if (!why.empty()) return why;
     }
     if (t.sparse->rows() != t.rows || t.sparse->width() != t.width) {
       return detail::Concat("sparse input has shape [", t.sparse->rows(), ", ", t.sparse->width(),
@@ -154,6 +158,15 @@ BatchTensor BatchTensor::Dense(std::string name, std::span<float> buffer, int64_
   t.rows = rows;
   t.width = width;
   t.dense = buffer;
+  return t;
+}
+
+BatchTensor BatchTensor::SparseInto(std::string name, const SparseTensor& input,
+                                    std::span<float> out, float divisor) {
+  BatchTensor t = Sparse(std::move(name), input, nullptr);
+  t.into = true;
+  t.sparse_into = out;
+  t.divisor = divisor;
   return t;
 }
 
@@ -349,6 +362,8 @@ void Context::Execute(const Job& job) {
         zen->set_sum_order(t.sum_order);
       }
       s.SyncDense(*comm_, t.dense, t.rows, t.width, t.name);
+    } else if (t.into) {
+      s.SyncInto(*comm_, *t.sparse, t.sparse_into, t.divisor);
     } else {
       *t.sparse_out = s.Sync(*comm_, *t.sparse);
     }

@@ -18,7 +18,8 @@
 // marks the communicator and every later batch fails too.
 //
 // Tensors are borrowed: a dense buffer is summed in place, a sparse input is
-// read, and its sum is written to `sparse_out`; all must stay alive and
+// read, and its sum is written to `sparse_out` (or, made by SparseInto,
+// densely into a caller's buffer: a top-k hook's bucket); all must stay alive and
 // untouched until the handle completes. Errors are the library's
 // (InvalidArgument, MismatchError, FormatError, TransportError), raised by
 // Handle::Wait().
@@ -66,6 +67,12 @@ struct BatchTensor {
   std::span<float> dense;                // kDense: [rows x width], summed in place
   const SparseTensor* sparse = nullptr;  // kSparse: this rank's input
   SparseTensor* sparse_out = nullptr;    // kSparse: receives the sum
+  // kSparse made by SparseInto, instead of sparse_out: the sum, each value
+  // divided by `divisor`, written densely into [rows x width], zeros
+  // elsewhere (Scheme::SyncInto: no sorted result is built).
+  bool into = false;
+  std::span<float> sparse_into;
+  float divisor = 1.0f;
   std::string scheme;                    // empty: the context's scheme
   // The caller's dtype before any conversion to float32 (e.g. "bfloat16"):
   // only compared across ranks; empty means float32.
@@ -94,6 +101,8 @@ struct BatchTensor {
   static BatchTensor Dense(std::string name, std::span<float> buffer, int64_t rows,
                            int64_t width);
   static BatchTensor Sparse(std::string name, const SparseTensor& input, SparseTensor* out);
+  static BatchTensor SparseInto(std::string name, const SparseTensor& input, std::span<float> out,
+                                float divisor = 1.0f);
 };
 
 struct ContextOptions {

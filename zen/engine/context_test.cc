@@ -103,6 +103,61 @@ TEST_P(ContextTest, MixedBatchesMatchTheReference) {
       kTimeout);
 }
 
+// A sparse tensor written into a caller's dense buffer (SparseInto, the
+// top-k hook's entry) beside a dense and a plain sparse one: the buffer
+// holds the sum divided by the divisor, zeros elsewhere; a wrong-sized
+// buffer on one rank fails the batch on every rank, and the next batch runs.
+TEST_P(ContextTest, SparseIntoWritesTheDividedSumAndBadOutputFailsEveryRank) {
+  const Bucket b;
+  std::vector<std::string> what(kWorld);
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        Context ctx(comm, Opt(GetParam()));
+        std::vector<float> bias = b.inputs[1][r].ToDense();
+        SparseTensor emb_sum;
+        std::vector<float> into(2000 * 4, 9.0f);
+        std::vector<BatchTensor> batch = {
+            BatchTensor::Dense(b.names[1], bias, 37, 1),
+            BatchTensor::SparseInto(b.names[3], b.inputs[3][r], into, 4.0f),
+            BatchTensor::Sparse(b.names[0], b.inputs[0][r], &emb_sum)};
+        ctx.Sync("bucket", batch);
+        // Divided by 4, a power of two: times 4 is exactly the sum again.
+        std::vector<float> times4(into.size());
+        for (size_t i = 0; i < into.size(); ++i) times4[i] = into[i] * 4.0f;
+        {
+          const Agreement a = DenseReference(b.inputs[3]).CompareDense(times4);
+          const Agreement c = DenseReference(b.inputs[1]).CompareDense(bias);
+          const Agreement e = DenseReference(b.inputs[0]).Compare(emb_sum);
+          std::lock_guard lock(mu_);
+          EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << r;
+          EXPECT_EQ(a.rows_mismatch, 0) << "rank " << r;
+          EXPECT_EQ(c.rows_mismatch, 0) << "rank " << r;
+          EXPECT_EQ(e.rows_mismatch, 0) << "rank " << r;
+        }
+        std::vector<float> short_out(into.size() - 1);
+        if (comm.rank() == 1) batch[1].sparse_into = short_out;
+        try {
+          ctx.Sync("bucket", batch);
+        } catch (const InvalidArgument& e) {
+          std::lock_guard lock(mu_);
+          what[r] = e.what();
+        }
+        batch[1].sparse_into = into;
+        ctx.Sync("bucket", batch);
+        for (size_t i = 0; i < into.size(); ++i) times4[i] = into[i] * 4.0f;
+        const Agreement a = DenseReference(b.inputs[3]).CompareDense(times4);
+        std::lock_guard lock(mu_);
+        EXPECT_EQ(a.rows_mismatch, 0) << "rank " << r;
+        EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << r;
+      },
+      kTimeout);
+  EXPECT_NE(what[1].find("dense output has"), std::string::npos) << what[1];
+  EXPECT_NE(what[0].find("rank 1"), std::string::npos) << what[0];
+  EXPECT_NE(what[2].find("rank 1"), std::string::npos) << what[2];
+}
+
 // A batch is one metadata round: a batch of 4 tensors sends 3 x (n-1) x 56
 // bytes less than the same 4 tensors synchronized one Sync at a time.
 TEST_P(ContextTest, OneMetadataRoundPerBatch) {

@@ -6,10 +6,12 @@
 #include <bit>
 #include <cctype>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <tuple>
 
 #include "zen/testing/ranks.h"
+#include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/registry.h"
 #include "zen/testing/reference.h"
@@ -96,6 +98,96 @@ TEST_P(AllSchemesTest, DenseBufferSyncEqualsDenseReference) {
     EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank();
     EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
   });
+}
+
+// Sparse in, dense out (SyncInto): the sum written into a caller's buffer,
+// zeros elsewhere, against the dense reference; then, divided, bit for bit
+// each value of the same scheme's sorted result divided in float (what the
+// contract promises), on the same scheme object and communicator.
+TEST_P(AllSchemesTest, SyncIntoEqualsDenseReferenceAndDividedSum) {
+  const Case& c = GetParam();
+  const int64_t rows = c.width == 1 ? 20000 : 1500;
+  const std::vector<SparseTensor> inputs = Inputs(c, rows);
+  const DenseReference reference(inputs);
+  const SchemeRegistry registry = BuiltinSchemes();
+  std::mutex mu;
+  testing::RunRanks(c.backend, c.world, [&](Communicator& comm) {
+    auto scheme = registry.Create(c.scheme);
+    const SparseTensor& local = inputs[static_cast<size_t>(comm.rank())];
+    // Garbage first: every element not in the union must be overwritten.
+    std::vector<float> out(static_cast<size_t>(rows * c.width), 7.5f);
+    scheme->SyncInto(comm, local, out);
+    const Agreement a = reference.CompareDense(out);
+    const std::vector<float> sum = scheme->Sync(comm, local).ToDense();
+    const float divisor = static_cast<float>(c.world) + 0.5f;
+    std::fill(out.begin(), out.end(), 7.5f);
+    scheme->SyncInto(comm, local, out, divisor);
+    size_t differ = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const float want = sum[i] / divisor;
+      if (std::memcmp(&want, &out[i], sizeof(float)) != 0) ++differ;
+    }
+    std::lock_guard lock(mu);
+    EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank();
+    EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
+    EXPECT_EQ(differ, 0u) << "rank " << comm.rank() << ": elements not sum / " << divisor;
+  });
+}
+
+// A bad output or divisor on one rank is InvalidArgument on every rank
+// (before any data moves), and the communicator serves the next call.
+TEST(SyncInto, BadOutputOnOneRankRaisesOnEveryRank) {
+  const int64_t rows = 1000;
+  const std::vector<SparseTensor> inputs = GenerateSynthetic(
+      ParseSyntheticSpec("zipf:rows=1000,width=2,density=0.05,skew=1.1,seed=9"), 3);
+  const DenseReference reference(inputs);
+  for (const std::string bad : {"size", "divisor", "overlap"}) {
+    for (const std::string id : {"zen", "agsparse"}) {
+      std::mutex mu;
+      int raised = 0;
+      testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
+        auto scheme = BuiltinSchemes().Create(id);
+        const SparseTensor& local = inputs[static_cast<size_t>(comm.rank())];
+        std::vector<float> out(static_cast<size_t>(rows * 2));
+        std::span<float> target(out);
+        float divisor = 1.0f;
+        // Rank 1's overlapping case: an input with every row present, whose
+        // own values are given as the output (the right size: the overlap
+        // is the only fault).
+        const std::vector<float> ones(out.size(), 1.0f);
+        SparseTensor full = SparseTensor::FromDense(ones, rows, 2, local.name());
+        const SparseTensor* first = &local;
+        if (comm.rank() == 1) {
+          if (bad == "size") target = target.first(out.size() - 1);
+          if (bad == "divisor") divisor = 0.0f;
+          if (bad == "overlap") {
+            target = full.mutable_values();
+            first = &full;
+          }
+        }
+        try {
+          scheme->SyncInto(comm, *first, target, divisor);
+        } catch (const InvalidArgument& e) {
+          std::lock_guard lock(mu);
+          ++raised;
+          if (comm.rank() == 1) {
+            EXPECT_NE(std::string(e.what()).find(bad == "size"      ? "dense output has"
+                                                 : bad == "divisor" ? "divisor"
+                                                                    : "overlaps"),
+                      std::string::npos)
+                << e.what();
+          }
+        }
+        // The communicator is still usable.
+        scheme->SyncInto(comm, local, out);
+        const Agreement a = reference.CompareDense(out);
+        std::lock_guard lock(mu);
+        EXPECT_EQ(a.rows_mismatch, 0);
+        EXPECT_LE(a.max_rel_error, 1e-5);
+      });
+      EXPECT_EQ(raised, 3) << id << ", bad " << bad;
+    }
+  }
 }
 
 std::vector<Case> Grid() {

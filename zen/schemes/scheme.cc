@@ -1,6 +1,8 @@
 #include "zen/schemes/scheme.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -199,6 +201,60 @@ SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
   return Guarded(Where{comm.rank(), local.name()}, name(), [&] { return DoSync(comm, local); });
+}
+
+void Scheme::SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                      float divisor) {
+  std::string error = ShapeError(local.rows(), local.width());
+  if (error.empty()) error = SyncIntoError(local, out, divisor);
+  if (check_agreement_) {
+    CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error);
+  } else if (!error.empty()) {
+    throw InvalidArgument(Where{comm.rank(), local.name()}, error);
+  }
+  Guarded(Where{comm.rank(), local.name()}, name(),
+          [&] { DoSyncInto(comm, local, out, divisor); });
+}
+
+void Scheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                        float divisor) {
+  WriteInto(DoSync(comm, local), out, divisor);
+}
+
+std::string SyncIntoError(const SparseTensor& local, std::span<const float> out, float divisor) {
+  if (out.size() != static_cast<size_t>(local.rows()) * static_cast<size_t>(local.width())) {
+    return detail::Concat("dense output has ", out.size(), " floats, expected rows ", local.rows(),
+                          " x width ", local.width());
+  }
+  if (!(std::isfinite(divisor) && divisor > 0)) {
+    return detail::Concat("divisor ", divisor, " is not a finite number > 0");
+  }
+  // Compared as addresses: the buffers are unrelated objects.
+  const auto overlaps = [&](const void* p, size_t bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t o = reinterpret_cast<uintptr_t>(out.data());
+    return bytes > 0 && !out.empty() && a < o + out.size_bytes() && o < a + bytes;
+  };
+  if (overlaps(local.ids().data(), local.ids().size_bytes()) ||
+      overlaps(local.values().data(), local.values().size_bytes())) {
+    return "the dense output overlaps the sparse input's memory";
+  }
+  return {};
+}
+
+void WriteInto(const SparseTensor& sum, std::span<float> out, float divisor) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  const size_t w = static_cast<size_t>(sum.width());
+  const std::span<const int64_t> ids = sum.ids();
+  const float* v = sum.values().data();
+  for (size_t i = 0; i < ids.size(); ++i, v += w) {
+    float* dst = out.data() + static_cast<size_t>(ids[i]) * w;
+    if (divisor == 1.0f) {
+      std::copy_n(v, w, dst);
+    } else {
+      for (size_t k = 0; k < w; ++k) dst[k] = v[k] / divisor;
+    }
+  }
 }
 
 void Scheme::SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,

@@ -83,6 +83,19 @@ class Scheme {
   void SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
                  std::string_view tensor = {});
 
+  // Sparse in, dense out: writes the global sum of `local`, each value
+  // divided by `divisor`, into `out` ([rows x width] row-major) and zeros
+  // every other element. No sorted result is built, which saves a scheme
+  // that produces the union unordered (zen) its sort, and the caller the
+  // scatter and the division over the whole buffer (a DDP hook writing the
+  // mean into its bucket). Each written value is `sum / divisor` in float,
+  // the same as dividing Sync's result. `out` must not overlap `local`'s
+  // memory; after an error its contents are unspecified. Errors as Sync;
+  // an `out` of the wrong size or a divisor that is not finite and > 0 is
+  // InvalidArgument, raised on every rank.
+  void SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                float divisor = 1.0f);
+
   // Takes part in the metadata exchange of the call the peers are making,
   // with `error` as this rank's reason to refuse it, then throws
   // InvalidArgument(error) here; the peers raise InvalidArgument too. For
@@ -104,16 +117,34 @@ class Scheme {
   // calls DoSync and scatters the result back.
   virtual void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
                            int64_t width, std::string_view tensor);
+  // Override when the scheme can write its result straight into a dense
+  // buffer. The default calls DoSync and scatters the result (WriteInto).
+  virtual void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                          float divisor);
   // For a scheme that dispatches to another (auto): runs `target`'s
   // algorithm on input this scheme's Sync already validated and agreed on,
   // without re-entering Sync (no second validation or metadata exchange).
   static SparseTensor Dispatch(Scheme& target, Communicator& comm, const SparseTensor& local) {
     return target.DoSync(comm, local);
   }
+  static void DispatchInto(Scheme& target, Communicator& comm, const SparseTensor& local,
+                           std::span<float> out, float divisor) {
+    target.DoSyncInto(comm, local, out, divisor);
+  }
 
  private:
   bool check_agreement_ = true;
 };
+
+// What is wrong with SyncInto's output and divisor for `local` (size, the
+// divisor, memory shared with the input), or empty. The shape itself is
+// checked apart.
+std::string SyncIntoError(const SparseTensor& local, std::span<const float> out, float divisor);
+
+// Zeros `out` ([sum.rows() x sum.width()]) and writes each of sum's values
+// divided by `divisor` at its place (SyncInto's contract; what DoSyncInto's
+// default does with DoSync's result).
+void WriteInto(const SparseTensor& sum, std::span<float> out, float divisor);
 
 // The tag reserved for the metadata exchange (collectives use NextTag(),
 // which starts above it), so the exchange matches even when ranks have

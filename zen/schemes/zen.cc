@@ -191,7 +191,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       (m.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
                                               : stats_.pull_coo_messages)++;
     }
-    stats_.decode_seconds = Since(t0);
+    stats_.decode_seconds += Since(t0);
   } catch (const TransportError&) {
     throw;  // the transport failed: there is nothing more to tell the peers through it
   } catch (...) {
@@ -355,7 +355,9 @@ void ZenScheme::ForEachResultRow(const HashDomains& domains, Fn&& fn) const {
   }
 }
 
-SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
+std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
+                                                     const SparseTensor& local,
+                                                     std::span<float> zero) {
   sum_order_.clear();  // dense calls only
   stats_ = ZenStats{};
   stats_.world = comm.size();
@@ -364,22 +366,51 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   stats_.local_rows = static_cast<int64_t>(local.nnz());
   if (comm.size() == 1) {
     stats_.result_rows = stats_.local_rows;
-    return local;
+    return std::nullopt;
   }
   const Where where{comm.rank(), local.name()};
-  const HashDomains domains = Prepare(comm, local.rows(), where);
+  HashDomains domains = Prepare(comm, local.rows(), where);
   auto t0 = Clock::now();
   sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), domains.owner(),
                                        ws_.mine);
   stats_.partition_seconds = Since(t0);
-
+  t0 = Clock::now();
+  std::fill(zero.begin(), zero.end(), 0.0f);
+  stats_.decode_seconds = Since(t0);
   Exchange(comm, domains, local.width(), where);
+  return domains;
+}
+
+void ZenScheme::PulledElementWords(const HashDomains& domains) {
+  size_t total = 0;
+  for (const RowsMessage& m : ws_.pulled) total += static_cast<size_t>(m.count);
+  // Keys first (a branch-light pass over the index), then the inverse
+  // permutation, batched (RowPermutation::InverseInPlace).
+  ws_.words.resize(total);
+  uint64_t* out = ws_.words.data();
+  for (int j = 0; j < domains.servers(); ++j) {
+    const RowsMessage& m = ws_.pulled[static_cast<size_t>(j)];
+    const uint64_t start = static_cast<uint64_t>(domains.start(j));
+    const float* v = m.row(0);
+    m.ForEach([&](size_t i, int64_t p) {
+      uint32_t bits;
+      std::memcpy(&bits, v + i, sizeof(bits));
+      *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
+    });
+  }
+  domains.owner().IdsOfKeysInPlace(ws_.words, 32);
+}
+
+SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
+  const std::optional<HashDomains> exchanged = SparseExchange(comm, local);
+  if (!exchanged) return local;
+  const HashDomains& domains = *exchanged;
   // The servers' partitions are disjoint: order the union by id (radix
   // sort of (id, payload) pairs), then write ids and values once. For
   // element-sparse tensors (width 1) the payload is the value's bits, so
   // the sort carries the values and nothing is gathered afterwards; for
   // wider rows it is the row's index and each row is copied once.
-  t0 = Clock::now();
+  auto t0 = Clock::now();
   const size_t w = static_cast<size_t>(local.width());
   size_t total = 0;
   for (const RowsMessage& m : ws_.pulled) total += static_cast<size_t>(m.count);
@@ -389,21 +420,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   if (w == 1 && local.rows() <= (int64_t{1} << 32)) {
     // Element-sparse: one 8-byte word per row, the id above the value's
     // bits; sorting the words orders the values too.
-    // Keys first (a branch-light pass over the index), then the inverse
-    // permutation, batched (RowPermutation::InverseInPlace).
-    ws_.words.resize(total);
-    uint64_t* out = ws_.words.data();
-    for (int j = 0; j < domains.servers(); ++j) {
-      const RowsMessage& m = ws_.pulled[static_cast<size_t>(j)];
-      const uint64_t start = static_cast<uint64_t>(domains.start(j));
-      const float* v = m.row(0);
-      m.ForEach([&](size_t i, int64_t p) {
-        uint32_t bits;
-        std::memcpy(&bits, v + i, sizeof(bits));
-        *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
-      });
-    }
-    owner.IdsOfKeysInPlace(ws_.words, 32);
+    PulledElementWords(domains);
     const int id_bits = std::max(1, static_cast<int>(std::bit_width(
                                         static_cast<uint64_t>(local.rows() - 1))));
     SortWordsByBits(ws_.words, ws_.word_scratch, 32, id_bits);
@@ -441,6 +458,43 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   stats_.result_rows = static_cast<int64_t>(ids.size());
   return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
                                   local.name());
+}
+
+void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                           float divisor) {
+  // The output is zeroed while the partition is done and before the
+  // exchange, where it overlaps the wait for the slowest peer.
+  const std::optional<HashDomains> exchanged = SparseExchange(comm, local, out);
+  if (!exchanged) {
+    WriteInto(local, out, divisor);
+    return;
+  }
+  const HashDomains& domains = *exchanged;
+  auto t0 = Clock::now();
+  const bool scaled = divisor != 1.0f;
+  if (local.width() == 1 && local.rows() <= (int64_t{1} << 32)) {
+    PulledElementWords(domains);
+    float* dst = out.data();
+    for (const uint64_t x : ws_.words) {
+      const uint32_t bits = static_cast<uint32_t>(x);
+      float v;
+      std::memcpy(&v, &bits, sizeof(v));
+      dst[x >> 32] = scaled ? v / divisor : v;
+    }
+    stats_.result_rows = static_cast<int64_t>(ws_.words.size());
+  } else {
+    const size_t w = static_cast<size_t>(local.width());
+    ForEachResultRow(domains, [&](int64_t id, const float* row) {
+      float* dst = out.data() + static_cast<size_t>(id) * w;
+      if (scaled) {
+        for (size_t k = 0; k < w; ++k) dst[k] = row[k] / divisor;
+      } else {
+        CopyRow(dst, row, local.width());
+      }
+      ++stats_.result_rows;
+    });
+  }
+  stats_.decode_seconds += Since(t0);
 }
 
 void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,

@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -114,6 +116,9 @@ class ZenScheme final : public Scheme {
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override;
   void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
                    std::string_view tensor) override;
+  // Writes the union straight into `out`: no sort, no result tensor.
+  void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
+                  float divisor) override;
 
  private:
   friend struct ZenSchemeTestAccess;  // zen_alloc_test.cc: DoSyncDense without the metadata round
@@ -152,6 +157,14 @@ class ZenScheme final : public Scheme {
   int64_t AggregateRows(int64_t domain_size, int64_t width);
   int64_t AggregateElements(int64_t domain_size);  // width 1, domain <= 2^32
   int64_t AggregateInSumOrder(const HashDomains& domains, int server, int64_t width);
+  // The sparse entries' common start: stats reset, and for n > 1 this
+  // rank's partition, then `zero` filled with zeros, then the exchange;
+  // returns the domains. nullopt for n = 1 (nothing to exchange).
+  std::optional<HashDomains> SparseExchange(Communicator& comm, const SparseTensor& local,
+                                            std::span<float> zero = {});
+  // Width 1, rows <= 2^32: the pulled union as ws_.words, one word per
+  // element, its id above its value's bits, in no particular order.
+  void PulledElementWords(const HashDomains& domains);
   // fn(id, row) for every row of the global sum (disjoint across servers).
   template <typename Fn>
   void ForEachResultRow(const HashDomains& domains, Fn&& fn) const;

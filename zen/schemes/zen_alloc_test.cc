@@ -211,6 +211,45 @@ TEST(ZenAlloc, SteadyStateSparseCallsAllocateOnlyTheResult) {
   });
 }
 
+// Sparse in, dense out (SyncInto: the top-k hook's entry): no result is
+// built, so steady-state calls allocate nothing at all outside the
+// transport, for rows (width 4) and for elements (width 1, the path that
+// replaces the sort by a scatter), both pull encodings.
+TEST(ZenAlloc, SteadyStateSyncIntoCallsAllocateNothingOutsideTheTransport) {
+  for (int64_t width : {1, 4}) {
+    for (double density : {0.01, 0.3}) {
+      SyntheticSpec spec;
+      spec.rows = width == 1 ? 200000 : 12000;
+      spec.width = width;
+      spec.density = density;
+      spec.seed = 11;
+      const int n = 4;
+      const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, n);
+      const DenseReference reference(inputs);
+      std::mutex mu;
+      testing::RunRanks(testing::Backend::kInProc, n, [&](Communicator& inner) {
+        MarkingComm comm(inner);
+        ZenScheme scheme;
+        scheme.set_check_agreement(false);  // the metadata round is not the scheme's code
+        std::vector<float> out(static_cast<size_t>(spec.rows * width));
+        int64_t outside = 0;
+        for (int call = 1; call <= 10; ++call) {
+          const int64_t a0 = t_allocs;
+          scheme.SyncInto(comm, inputs[static_cast<size_t>(comm.rank())], out);
+          if (call >= 3) outside += t_allocs - a0;
+          const Agreement got = reference.CompareDense(out);
+          std::lock_guard lock(mu);
+          ASSERT_EQ(got.rows_mismatch, 0);
+          ASSERT_LE(got.max_rel_error, 1e-5);
+        }
+        std::lock_guard lock(mu);
+        EXPECT_EQ(outside, 0) << "rank " << comm.rank() << " width " << width << " density "
+                              << density;
+      });
+    }
+  }
+}
+
 // agsparse (a scheme `auto` picks for small tensors) keeps its message and
 // receive buffers across calls too, so its time no longer depends on what
 // the process allocated before. Its public Sync runs with the metadata
