@@ -28,31 +28,38 @@ void AddInto(std::span<float> dst, std::span<const float> src) {
   for (size_t i = 0, n = dst.size(); i < n; ++i) d[i] += s[i];
 }
 
+size_t MergeSumInto(std::span<const int64_t> ia, std::span<const float> va,
+                    std::span<const int64_t> ib, std::span<const float> vb, int64_t width,
+                    int64_t* out_ids, float* out_values) {
+  const size_t w = static_cast<size_t>(width);
+  size_t i = 0, j = 0, k = 0;
+  for (; i < ia.size() || j < ib.size(); ++k) {
+    float* dst = out_values + k * w;
+    if (j == ib.size() || (i < ia.size() && ia[i] < ib[j])) {
+      out_ids[k] = ia[i];
+      std::copy_n(va.data() + i++ * w, w, dst);
+    } else if (i == ia.size() || ib[j] < ia[i]) {
+      out_ids[k] = ib[j];
+      std::copy_n(vb.data() + j++ * w, w, dst);
+    } else {
+      out_ids[k] = ia[i];
+      const float* x = va.data() + i++ * w;
+      const float* y = vb.data() + j++ * w;
+      for (size_t c = 0; c < w; ++c) dst[c] = x[c] + y[c];
+    }
+  }
+  return k;
+}
+
 SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b) {
   CheckSameShape(a, b);
   const size_t w = static_cast<size_t>(a.width());
-  auto ia = a.ids(), ib = b.ids();
-  std::vector<int64_t> ids;
-  std::vector<float> values;
-  ids.reserve(ia.size() + ib.size());
-  values.reserve((ia.size() + ib.size()) * w);
-  size_t i = 0, j = 0;
-  while (i < ia.size() || j < ib.size()) {
-    if (j == ib.size() || (i < ia.size() && ia[i] < ib[j])) {
-      ids.push_back(ia[i]);
-      auto r = a.row(i++);
-      values.insert(values.end(), r.begin(), r.end());
-    } else if (i == ia.size() || ib[j] < ia[i]) {
-      ids.push_back(ib[j]);
-      auto r = b.row(j++);
-      values.insert(values.end(), r.begin(), r.end());
-    } else {
-      ids.push_back(ia[i]);
-      auto r = a.row(i++);
-      values.insert(values.end(), r.begin(), r.end());
-      AddInto(std::span<float>(values).last(w), b.row(j++));
-    }
-  }
+  std::vector<int64_t> ids(a.nnz() + b.nnz());
+  std::vector<float> values(ids.size() * w);
+  const size_t n = MergeSumInto(a.ids(), a.values(), b.ids(), b.values(), a.width(), ids.data(),
+                                values.data());
+  ids.resize(n);
+  values.resize(n * w);
   return SparseTensor::FromSorted(a.rows(), a.width(), std::move(ids), std::move(values), a.name());
 }
 

@@ -23,6 +23,14 @@ void AddInto(std::span<float> dst, std::span<const float> src);
 // a + b; the result has the union of both row sets. Shapes must match.
 SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b);
 
+// MergeSum on caller memory: rows (a_ids, a_values) + (b_ids, b_values),
+// each sorted by unique id, `width` floats per row, written to out_ids /
+// out_values, which must have room for a_ids.size() + b_ids.size() rows;
+// returns the union's row count. A row in both is a's row + b's row.
+size_t MergeSumInto(std::span<const int64_t> a_ids, std::span<const float> a_values,
+                    std::span<const int64_t> b_ids, std::span<const float> b_values,
+                    int64_t width, int64_t* out_ids, float* out_values);
+
 // Sum of any number of tensors of one shape (at least one).
 SparseTensor SumAll(std::span<const SparseTensor> parts);
 

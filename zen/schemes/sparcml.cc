@@ -2,7 +2,9 @@
 
 #include <bit>
 #include <cstring>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/peer_pattern.h"
@@ -20,33 +22,46 @@ constexpr char kDescription[] =
 
 size_t BitmapWords(int64_t rows) { return (static_cast<size_t>(rows) + 63) / 64; }
 
-// The accumulated sum of a group of ranks, in either form.
+// The accumulated sum of a group of ranks, in either form. Kept by the
+// scheme across calls, so that its vectors keep their capacity.
 struct Stream {
   int64_t rows = 0;
   int64_t width = 0;
   bool dense = false;
-  SparseTensor sparse;            // when !dense
-  std::vector<uint64_t> present;  // when dense: bit id set = row id present
-  std::vector<float> values;      // when dense: rows x width
+  std::vector<int64_t> ids;        // when !dense: sorted, unique
+  std::vector<float> values;       // when !dense: ids.size() x width
+  std::vector<uint64_t> present;   // when dense: bit id set = row id present
+  std::vector<float> dense_values; // when dense: rows x width
   int64_t nnz = 0;
 };
 
-Stream FromTensor(const SparseTensor& t) {
-  Stream s;
+void Load(Stream& s, const SparseTensor& t) {
   s.rows = t.rows();
   s.width = t.width();
-  s.sparse = t;
+  s.dense = false;
+  s.ids.assign(t.ids().begin(), t.ids().end());
+  s.values.assign(t.values().begin(), t.values().end());
   s.nnz = static_cast<int64_t>(t.nnz());
-  return s;
+}
+
+// Adds COO rows into a dense stream.
+void AddSparse(Stream& acc, std::span<const int64_t> ids, std::span<const float> values) {
+  const size_t w = static_cast<size_t>(acc.width);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const size_t id = static_cast<size_t>(ids[i]);
+    AddInto(std::span<float>(acc.dense_values).subspan(id * w, w), values.subspan(i * w, w));
+    acc.present[id / 64] |= 1ULL << (id % 64);
+  }
 }
 
 void Densify(Stream& s) {
   if (s.dense) return;
   s.present.assign(BitmapWords(s.rows), 0);
-  for (int64_t id : s.sparse.ids()) s.present[static_cast<size_t>(id) / 64] |= 1ULL << (id % 64);
-  s.values = s.sparse.ToDense();
-  s.sparse = SparseTensor();
+  s.dense_values.assign(static_cast<size_t>(s.rows) * static_cast<size_t>(s.width), 0.0f);
   s.dense = true;
+  AddSparse(s, s.ids, s.values);  // onto zeros: the rows themselves
+  s.ids.clear();
+  s.values.clear();
 }
 
 // Switches to the dense form when the COO form has become larger.
@@ -54,84 +69,66 @@ void Normalize(Stream& s) {
   if (!s.dense && SparcmlIsDense(s.nnz, s.rows, s.width)) Densify(s);
 }
 
-// Adds a sparse tensor into a dense stream.
-void AddSparse(Stream& acc, const SparseTensor& t) {
-  const size_t w = static_cast<size_t>(acc.width);
-  const auto ids = t.ids();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const size_t id = static_cast<size_t>(ids[i]);
-    AddInto(std::span<float>(acc.values).subspan(id * w, w), t.row(i));
-    acc.present[id / 64] |= 1ULL << (id % 64);
-  }
-}
-
-int64_t CountPresent(const std::vector<uint64_t>& present) {
+int64_t CountPresent(std::span<const uint64_t> present) {
   int64_t c = 0;
   for (uint64_t word : present) c += std::popcount(word);
   return c;
 }
 
-// acc += other. Pairwise additions are commutative, so both partners of a
-// stage compute bit-identical sums.
-void Merge(Stream& acc, Stream other) {
-  if (!acc.dense && !other.dense) {
-    acc.sparse = MergeSum(acc.sparse, other.sparse);
-    acc.nnz = static_cast<int64_t>(acc.sparse.nnz());
-    Normalize(acc);
+void EncodeInto(const Stream& s, ByteBuffer& out) {
+  out.clear();
+  if (!s.dense) {
+    AppendCoo(out, s.ids, s.values);
     return;
   }
-  if (!acc.dense) std::swap(acc, other);  // acc is now dense
-  if (other.dense) {
-    AddInto(acc.values, other.values);
-    for (size_t i = 0; i < acc.present.size(); ++i) acc.present[i] |= other.present[i];
-  } else {
-    AddSparse(acc, other.sparse);
-  }
-  acc.nnz = CountPresent(acc.present);
-}
-
-ByteBuffer Encode(const Stream& s) {
-  if (!s.dense) return EncodeCoo(s.sparse.ids(), s.sparse.values());
-  ByteBuffer out(SparcmlDenseBytes(s.rows, s.width));
+  out.resize(SparcmlDenseBytes(s.rows, s.width));
   const size_t bitmap = s.present.size() * sizeof(uint64_t);
   std::memcpy(out.data(), s.present.data(), bitmap);
-  if (!s.values.empty())
-    std::memcpy(out.data() + bitmap, s.values.data(), s.values.size() * sizeof(float));
-  return out;
+  if (!s.dense_values.empty()) {
+    std::memcpy(out.data() + bitmap, s.dense_values.data(), s.dense_values.size() * sizeof(float));
+  }
 }
 
-Stream Decode(std::span<const std::byte> bytes, int64_t nnz, int64_t rows, int64_t width,
+// What a received stream holds, checked and viewed in place (the message
+// outlives the views): COO rows, or a presence bitmap and all values.
+struct Incoming {
+  bool dense = false;
+  std::span<const int64_t> ids;
+  std::span<const float> values;
+  std::span<const uint64_t> present;
+};
+
+Incoming View(std::span<const std::byte> bytes, int64_t nnz, int64_t rows, int64_t width,
               const Where& where, int sender) {
-  Stream s;
-  s.rows = rows;
-  s.width = width;
-  s.nnz = nnz;
+  Incoming in;
   if (!SparcmlIsDense(nnz, rows, width)) {
-    s.sparse = DecodeCoo(bytes, rows, width, where, sender);
-    return s;
+    const CooView v = ViewCoo(bytes, rows, width, where, sender);
+    in.ids = v.ids;
+    in.values = v.values;
+    return in;
   }
-  s.dense = true;
-  s.present.resize(BitmapWords(rows));
-  s.values.resize(static_cast<size_t>(rows) * static_cast<size_t>(width));
-  const size_t bitmap = s.present.size() * sizeof(uint64_t);
-  std::memcpy(s.present.data(), bytes.data(), bitmap);
-  if (!s.values.empty())
-    std::memcpy(s.values.data(), bytes.data() + bitmap, s.values.size() * sizeof(float));
-  if (rows % 64 != 0 && (s.present.back() >> (rows % 64)) != 0) {
+  // The receive buffer has exactly SparcmlDenseBytes (PayloadFor) and
+  // starts 8-byte aligned (a ByteBuffer's data).
+  in.dense = true;
+  const size_t words = BitmapWords(rows);
+  in.present = std::span(reinterpret_cast<const uint64_t*>(bytes.data()), words);
+  in.values = std::span(reinterpret_cast<const float*>(bytes.data() + words * sizeof(uint64_t)),
+                        static_cast<size_t>(rows) * static_cast<size_t>(width));
+  if (rows % 64 != 0 && (in.present.back() >> (rows % 64)) != 0) {
     throw FormatError(where, "sparcml dense stream from rank ", sender, " marks rows at or beyond ",
                       rows, " as present");
   }
-  if (CountPresent(s.present) != nnz) {
+  if (CountPresent(in.present) != nnz) {
     throw FormatError(where, "sparcml dense stream from rank ", sender, " has ",
-                      CountPresent(s.present), " present rows, its header said ", nnz);
+                      CountPresent(in.present), " present rows, its header said ", nnz);
   }
-  return s;
+  return in;
 }
 
-SparseTensor ToTensor(Stream s, const std::string& name) {
+// The result's two vectors: the call's only allocations in steady state.
+SparseTensor ToTensor(const Stream& s, const std::string& name) {
   if (!s.dense) {
-    s.sparse.set_name(name);
-    return std::move(s.sparse);
+    return SparseTensor::FromSorted(s.rows, s.width, s.ids, s.values, name);
   }
   const size_t w = static_cast<size_t>(s.width);
   std::vector<int64_t> ids;
@@ -142,8 +139,8 @@ SparseTensor ToTensor(Stream s, const std::string& name) {
     for (uint64_t bits = s.present[word]; bits != 0; bits &= bits - 1) {
       const size_t id = word * 64 + static_cast<size_t>(std::countr_zero(bits));
       ids.push_back(static_cast<int64_t>(id));
-      values.insert(values.end(), s.values.begin() + static_cast<std::ptrdiff_t>(id * w),
-                    s.values.begin() + static_cast<std::ptrdiff_t>((id + 1) * w));
+      values.insert(values.end(), s.dense_values.begin() + static_cast<std::ptrdiff_t>(id * w),
+                    s.dense_values.begin() + static_cast<std::ptrdiff_t>((id + 1) * w));
     }
   }
   return SparseTensor::FromSorted(s.rows, s.width, std::move(ids), std::move(values), name);
@@ -165,36 +162,84 @@ class Sparcml final : public Scheme {
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
     const int n = comm.size(), me = comm.rank();
     if (n == 1) return local;
-    const RecursiveDoublingPlan plan = RecursiveDoubling(me, n);
+    if (plan_rank_ != me || plan_world_ != n) {  // the plan is kept: it has a vector
+      plan_ = RecursiveDoubling(me, n);
+      plan_rank_ = me;
+      plan_world_ = n;
+    }
+    const RecursiveDoublingPlan& plan = plan_;
     const int stages = std::countr_zero(static_cast<unsigned>(plan.pow2));
     // Every rank takes the same tags, whatever its role.
     const Tag fold_tag = comm.NextTag();
-    std::vector<Tag> stage_tags;
-    for (int i = 0; i < stages; ++i) stage_tags.push_back(comm.NextTag());
+    stage_tags_.clear();
+    for (int i = 0; i < stages; ++i) stage_tags_.push_back(comm.NextTag());
     const Tag back_tag = comm.NextTag();
     const Where where{me, local.name()};
 
-    Stream acc = FromTensor(local);
-    Normalize(acc);
+    Load(acc_, local);
+    Normalize(acc_);
     if (plan.is_extra) {  // fold in, then wait for the result
-      SendStream(comm, plan.fold_partner, fold_tag, acc);
-      return ToTensor(RecvStream(comm, plan.fold_partner, back_tag, local, where), local.name());
+      SendStream(comm, plan.fold_partner, fold_tag);
+      const int64_t nnz = RecvStream(comm, plan.fold_partner, back_tag, local, where);
+      acc_.dense = false;  // empty, then the result merged in
+      acc_.ids.clear();
+      acc_.values.clear();
+      acc_.nnz = 0;
+      Merge(View(recv_, nnz, local.rows(), local.width(), where, plan.fold_partner));
+      return ToTensor(acc_, local.name());
     }
-    if (plan.fold_partner >= 0)
-      Merge(acc, RecvStream(comm, plan.fold_partner, fold_tag, local, where));
+    if (plan.fold_partner >= 0) {
+      const int64_t nnz = RecvStream(comm, plan.fold_partner, fold_tag, local, where);
+      Merge(View(recv_, nnz, local.rows(), local.width(), where, plan.fold_partner));
+    }
     for (size_t i = 0; i < plan.partners.size(); ++i) {
-      Merge(acc, Swap(comm, plan.partners[i], stage_tags[i], acc, local, where));
+      const int64_t nnz = Swap(comm, plan.partners[i], stage_tags_[i], local, where);
+      Merge(View(recv_, nnz, local.rows(), local.width(), where, plan.partners[i]));
     }
-    if (plan.fold_partner >= 0) SendStream(comm, plan.fold_partner, back_tag, acc);
-    return ToTensor(std::move(acc), local.name());
+    if (plan.fold_partner >= 0) SendStream(comm, plan.fold_partner, back_tag);
+    return ToTensor(acc_, local.name());
   }
 
  private:
-  static void SendStream(Communicator& comm, int peer, Tag tag, const Stream& s) {
-    const int64_t header = s.nnz;
-    const ByteBuffer payload = Encode(s);
+  // acc_ += other. Pairwise additions are commutative, so both partners of
+  // a stage compute bit-identical sums.
+  void Merge(const Incoming& other) {
+    Stream& acc = acc_;
+    if (!acc.dense && !other.dense) {
+      const size_t w = static_cast<size_t>(acc.width);
+      merged_ids_.resize(acc.ids.size() + other.ids.size());
+      merged_values_.resize(merged_ids_.size() * w);
+      const size_t count = MergeSumInto(acc.ids, acc.values, other.ids, other.values, acc.width,
+                                        merged_ids_.data(), merged_values_.data());
+      merged_ids_.resize(count);
+      merged_values_.resize(count * w);
+      std::swap(acc.ids, merged_ids_);
+      std::swap(acc.values, merged_values_);
+      acc.nnz = static_cast<int64_t>(count);
+      Normalize(acc);
+      return;
+    }
+    if (!acc.dense) {  // the other is dense: it becomes the accumulator
+      acc.present.assign(other.present.begin(), other.present.end());
+      acc.dense_values.assign(other.values.begin(), other.values.end());
+      acc.dense = true;
+      AddSparse(acc, acc.ids, acc.values);
+      acc.ids.clear();
+      acc.values.clear();
+    } else if (other.dense) {
+      AddInto(acc.dense_values, other.values);
+      for (size_t i = 0; i < acc.present.size(); ++i) acc.present[i] |= other.present[i];
+    } else {
+      AddSparse(acc, other.ids, other.values);
+    }
+    acc.nnz = CountPresent(acc.present);
+  }
+
+  void SendStream(Communicator& comm, int peer, Tag tag) {
+    const int64_t header = acc_.nnz;
+    EncodeInto(acc_, send_);
     auto h = comm.Send(peer, tag, HeaderBytes(header));
-    auto b = comm.Send(peer, tag, payload);
+    auto b = comm.Send(peer, tag, send_);
     h->Wait();
     b->Wait();
   }
@@ -208,46 +253,55 @@ class Sparcml final : public Scheme {
     return nnz;
   }
 
-  // The payload buffer for a stream of nnz rows announced by peer.
-  static ByteBuffer PayloadFor(int64_t nnz, const SparseTensor& local, const Where& where,
-                               int peer) {
+  // Sizes recv_ for a stream of nnz rows announced by peer.
+  void PayloadFor(int64_t nnz, const SparseTensor& local, const Where& where, int peer) {
     const size_t bytes = SparcmlStreamBytes(nnz, local.rows(), local.width());
     if (bytes == SIZE_MAX) {
       throw FormatError(where, "sparcml header from rank ", peer, " announces ", nnz,
                         " rows of width ", local.width(), ": the stream size overflows size_t");
     }
-    ByteBuffer payload;
-    ResizeOrThrow(payload, bytes, where, "sparcml stream buffer");
-    return payload;
+    ResizeOrThrow(recv_, bytes, where, "sparcml stream buffer");
   }
 
-  static Stream RecvStream(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
-                           const Where& where) {
+  // Receives peer's stream into recv_; returns its row count.
+  int64_t RecvStream(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
+                     const Where& where) {
     int64_t header = 0;
     comm.Recv(peer, tag, HeaderBytes(header))->Wait();
     const int64_t nnz = CheckedHeader(header, local, where, peer);
-    ByteBuffer payload = PayloadFor(nnz, local, where, peer);
-    comm.Recv(peer, tag, payload)->Wait();
-    return Decode(payload, nnz, local.rows(), local.width(), where, peer);
+    PayloadFor(nnz, local, where, peer);
+    comm.Recv(peer, tag, recv_)->Wait();
+    return nnz;
   }
 
-  // Both partners send their stream and receive the other's.
-  static Stream Swap(Communicator& comm, int peer, Tag tag, const Stream& mine,
-                     const SparseTensor& local, const Where& where) {
-    const int64_t my_header = mine.nnz;
-    const ByteBuffer my_payload = Encode(mine);
+  // Both partners send their stream and receive the other's (into recv_);
+  // returns the received row count.
+  int64_t Swap(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
+               const Where& where) {
+    const int64_t my_header = acc_.nnz;
+    EncodeInto(acc_, send_);
     int64_t header = 0;
     auto rh = comm.Recv(peer, tag, HeaderBytes(header));
     auto sh = comm.Send(peer, tag, HeaderBytes(my_header));
-    auto sb = comm.Send(peer, tag, my_payload);
+    auto sb = comm.Send(peer, tag, send_);
     rh->Wait();
     const int64_t nnz = CheckedHeader(header, local, where, peer);
-    ByteBuffer payload = PayloadFor(nnz, local, where, peer);
-    comm.Recv(peer, tag, payload)->Wait();
+    PayloadFor(nnz, local, where, peer);
+    comm.Recv(peer, tag, recv_)->Wait();
     sh->Wait();
     sb->Wait();
-    return Decode(payload, nnz, local.rows(), local.width(), where, peer);
+    return nnz;
   }
+
+  // Kept across calls (capacity reused): steady-state calls allocate only
+  // their result.
+  Stream acc_;
+  ByteBuffer send_, recv_;
+  std::vector<int64_t> merged_ids_;
+  std::vector<float> merged_values_;
+  std::vector<Tag> stage_tags_;
+  RecursiveDoublingPlan plan_;
+  int plan_rank_ = -1, plan_world_ = 0;
 };
 
 }  // namespace
