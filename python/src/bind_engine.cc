@@ -111,6 +111,30 @@ int64_t ToInt64(const py::handle& obj, const char* what, std::string& error) {
   }
 }
 
+// A writable C-contiguous float32 numpy array as a span, kept alive by the
+// batch; otherwise an empty span and the first problem in `error`.
+std::span<float> WritableFloats(PyBatch& b, const py::object& obj, const std::string& what,
+                                std::string& error) {
+  if (!py::isinstance<py::array>(obj)) {
+    if (error.empty()) error = what + " must be a numpy array, got " + TypeName(obj);
+    return {};
+  }
+  auto a = py::reinterpret_borrow<py::array>(obj);
+  if (!a.dtype().is(py::dtype::of<float>())) {
+    if (error.empty()) {
+      error = what + " has dtype " + py::str(a.dtype()).cast<std::string>() +
+              ", zen syncs float32 only";
+    }
+    return {};
+  }
+  if (!a.writeable() || !(a.flags() & py::array::c_style)) {
+    if (error.empty()) error = what + " must be writable and C-contiguous";
+    return {};
+  }
+  b.keep.push_back(obj);
+  return std::span<float>(static_cast<float*>(a.mutable_data()), static_cast<size_t>(a.size()));
+}
+
 // Adds one item of the Python list to the batch (never throws for a bad
 // item: its problem goes on BatchTensor::error).
 void AddItem(PyBatch& b, const py::handle& item) {
@@ -149,22 +173,8 @@ void AddItem(PyBatch& b, const py::handle& item) {
     }
     if (d.contains("rank_order")) t.rank_order = py::bool_(d["rank_order"]);
     if (d.contains("out")) {  // sparse items only (checked by the caller)
-      const py::object obj = d["out"];
       t.into = true;
-      if (!py::isinstance<py::array>(obj)) {
-        if (error.empty()) error = "out must be a numpy array, got " + TypeName(obj);
-      } else {
-        auto a = py::reinterpret_borrow<py::array>(obj);
-        if (!a.dtype().is(py::dtype::of<float>())) {
-          if (error.empty()) error = "out has dtype " + py::str(a.dtype()).cast<std::string>() + ", expected float32";
-        } else if (!a.writeable() || !(a.flags() & py::array::c_style)) {
-          if (error.empty()) error = "out must be writable and C-contiguous";
-        } else {
-          t.sparse_into = std::span<float>(static_cast<float*>(a.mutable_data()),
-                                           static_cast<size_t>(a.size()));
-          b.keep.push_back(obj);
-        }
-      }
+      t.sparse_into = WritableFloats(b, d["out"], "out", error);
     }
     if (d.contains("divisor")) {
       try {
@@ -192,24 +202,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
     t.kind = BatchTensor::Kind::kDense;
     t.rows = ToInt64(tuple[py::int_(3)], "rows", error);
     t.width = ToInt64(tuple[py::int_(4)], "width", error);
-    const py::object obj = tuple[py::int_(2)];
-    if (!py::isinstance<py::array>(obj)) {
-      if (error.empty()) error = "dense buffer must be a numpy array, got " + TypeName(obj);
-    } else {
-      auto a = py::reinterpret_borrow<py::array>(obj);
-      if (!a.dtype().is(py::dtype::of<float>())) {
-        if (error.empty()) {
-          error = "dense buffer has dtype " + py::str(a.dtype()).cast<std::string>() +
-                  ", zen syncs float32 only";
-        }
-      } else if (!a.writeable() || !(a.flags() & py::array::c_style)) {
-        if (error.empty()) error = "dense buffer must be writable and C-contiguous";
-      } else {
-        t.dense = std::span<float>(static_cast<float*>(a.mutable_data()),
-                                   static_cast<size_t>(a.size()));
-        b.keep.push_back(obj);
-      }
-    }
+    t.dense = WritableFloats(b, tuple[py::int_(2)], "dense buffer", error);
   } else if (kind == "sparse" && (n == 6 || n == 7)) {
     options(6);
     t.kind = BatchTensor::Kind::kSparse;
