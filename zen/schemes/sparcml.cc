@@ -54,14 +54,20 @@ void AddSparse(Stream& acc, std::span<const int64_t> ids, std::span<const float>
   }
 }
 
+// With present / dense_values set: adds the stream's own COO rows into
+// them and makes the dense form the stream's.
+void FoldRowsIntoDense(Stream& s) {
+  s.dense = true;
+  AddSparse(s, s.ids, s.values);
+  s.ids.clear();
+  s.values.clear();
+}
+
 void Densify(Stream& s) {
   if (s.dense) return;
   s.present.assign(BitmapWords(s.rows), 0);
   s.dense_values.assign(static_cast<size_t>(s.rows) * static_cast<size_t>(s.width), 0.0f);
-  s.dense = true;
-  AddSparse(s, s.ids, s.values);  // onto zeros: the rows themselves
-  s.ids.clear();
-  s.values.clear();
+  FoldRowsIntoDense(s);  // onto zeros: the rows themselves
 }
 
 // Switches to the dense form when the COO form has become larger.
@@ -180,21 +186,17 @@ class Sparcml final : public Scheme {
     Normalize(acc_);
     if (plan.is_extra) {  // fold in, then wait for the result
       SendStream(comm, plan.fold_partner, fold_tag);
-      const int64_t nnz = RecvStream(comm, plan.fold_partner, back_tag, local, where);
+      const Incoming result = RecvStream(comm, plan.fold_partner, back_tag, local, where);
       acc_.dense = false;  // empty, then the result merged in
       acc_.ids.clear();
       acc_.values.clear();
       acc_.nnz = 0;
-      Merge(View(recv_, nnz, local.rows(), local.width(), where, plan.fold_partner));
+      Merge(result);
       return ToTensor(acc_, local.name());
     }
-    if (plan.fold_partner >= 0) {
-      const int64_t nnz = RecvStream(comm, plan.fold_partner, fold_tag, local, where);
-      Merge(View(recv_, nnz, local.rows(), local.width(), where, plan.fold_partner));
-    }
+    if (plan.fold_partner >= 0) Merge(RecvStream(comm, plan.fold_partner, fold_tag, local, where));
     for (size_t i = 0; i < plan.partners.size(); ++i) {
-      const int64_t nnz = Swap(comm, plan.partners[i], stage_tags_[i], local, where);
-      Merge(View(recv_, nnz, local.rows(), local.width(), where, plan.partners[i]));
+      Merge(Swap(comm, plan.partners[i], stage_tags_[i], local, where));
     }
     if (plan.fold_partner >= 0) SendStream(comm, plan.fold_partner, back_tag);
     return ToTensor(acc_, local.name());
@@ -222,10 +224,7 @@ class Sparcml final : public Scheme {
     if (!acc.dense) {  // the other is dense: it becomes the accumulator
       acc.present.assign(other.present.begin(), other.present.end());
       acc.dense_values.assign(other.values.begin(), other.values.end());
-      acc.dense = true;
-      AddSparse(acc, acc.ids, acc.values);
-      acc.ids.clear();
-      acc.values.clear();
+      FoldRowsIntoDense(acc);
     } else if (other.dense) {
       AddInto(acc.dense_values, other.values);
       for (size_t i = 0; i < acc.present.size(); ++i) acc.present[i] |= other.present[i];
@@ -263,21 +262,22 @@ class Sparcml final : public Scheme {
     ResizeOrThrow(recv_, bytes, where, "sparcml stream buffer");
   }
 
-  // Receives peer's stream into recv_; returns its row count.
-  int64_t RecvStream(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
-                     const Where& where) {
+  // Receives peer's stream into recv_; returns it checked and viewed there
+  // (valid until the next receive).
+  Incoming RecvStream(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
+                      const Where& where) {
     int64_t header = 0;
     comm.Recv(peer, tag, HeaderBytes(header))->Wait();
     const int64_t nnz = CheckedHeader(header, local, where, peer);
     PayloadFor(nnz, local, where, peer);
     comm.Recv(peer, tag, recv_)->Wait();
-    return nnz;
+    return View(recv_, nnz, local.rows(), local.width(), where, peer);
   }
 
-  // Both partners send their stream and receive the other's (into recv_);
-  // returns the received row count.
-  int64_t Swap(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
-               const Where& where) {
+  // Both partners send their stream and receive the other's (into recv_,
+  // returned as RecvStream does).
+  Incoming Swap(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
+                const Where& where) {
     const int64_t my_header = acc_.nnz;
     EncodeInto(acc_, send_);
     int64_t header = 0;
@@ -290,7 +290,7 @@ class Sparcml final : public Scheme {
     comm.Recv(peer, tag, recv_)->Wait();
     sh->Wait();
     sb->Wait();
-    return nnz;
+    return View(recv_, nnz, local.rows(), local.width(), where, peer);
   }
 
   // Kept across calls (capacity reused): steady-state calls allocate only

@@ -240,7 +240,8 @@ int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width) {
   const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
   ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding);
   ws.pull_send.resize(ws.pull_layout.bytes);
-  MergeSumRowsInto(ws.parts, width, ws.served_positions,
+  ws.served_positions.resize(static_cast<size_t>(served));
+  MergeSumRowsInto(ws.parts, width, ws.served_positions.data(),
                    reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset),
                    ws.merge);
   return served;

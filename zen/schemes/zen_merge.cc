@@ -37,21 +37,15 @@ size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t*
   return out;
 }
 
-void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
-                      std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch) {
-  size_t total = 0;
-  for (const RowsView& p : parts) total += p.ids.size();
-  out_ids.resize(total);
-  out_ids.resize(MergeSumRowsInto(parts, width, out_ids.data(), out_values, scratch));
-}
-
 void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
                   std::vector<float>& out_values, MergeScratch& scratch) {
   size_t total = 0;
   for (const RowsView& p : parts) total += p.ids.size();
+  out_ids.resize(total);
   out_values.resize(total * static_cast<size_t>(width));
-  MergeSumRowsInto(parts, width, out_ids, out_values.data(), scratch);
-  out_values.resize(out_ids.size() * static_cast<size_t>(width));
+  const size_t count = MergeSumRowsInto(parts, width, out_ids.data(), out_values.data(), scratch);
+  out_ids.resize(count);
+  out_values.resize(count * static_cast<size_t>(width));
 }
 
 void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,

@@ -60,14 +60,10 @@ void ForEachMerged(std::span<const RowsView> parts, MergeScratch& scratch, Fn&& 
 
 // The number of distinct keys over all parts (a keys-only merge).
 size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch);
-// Merges into caller memory: out_ids is replaced (MergedCount entries);
-// out_values must hold MergedCount x width floats (e.g. the values region
-// of an outgoing message, so the sum is written where it is sent from).
-void MergeSumRowsInto(std::span<const RowsView> parts, int64_t width,
-                      std::vector<int64_t>& out_ids, float* out_values, MergeScratch& scratch);
-
-// Merges into caller memory of exactly MergedCount entries (out_ids) and
-// MergedCount x width floats (out_values); returns that count.
+// Merges into caller memory of MergedCount entries (out_ids) and
+// MergedCount x width floats (out_values: e.g. the values region of an
+// outgoing message, so the sum is written where it is sent from); returns
+// that count.
 size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t* out_ids,
                         float* out_values, MergeScratch& scratch);
 
