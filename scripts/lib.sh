@@ -1,12 +1,17 @@
 # scripts/lib.sh — shared steps of scripts/demo and scripts/test: install the
 # Debian packages zen needs (only the missing ones), create the Python venv
 # (.venv/: torch 2.13 and the pinned packages of python/requirements.txt, from
-# PyPI), then configure and build Release into build/. Sourced, not run.
+# PyPI), then configure and build Release into build/; and the one sanitizer
+# build that scripts/fuzz-smoke and scripts/soak share. Sourced, not run.
 set -euo pipefail
 
 ZEN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ZEN_BUILD=${ZEN_BUILD:-$ZEN_ROOT/build}
 ZEN_VENV=${ZEN_VENV:-$ZEN_ROOT/.venv}
+# clang-14 with ASan + UBSan (+ libFuzzer's coverage on the libraries):
+# scripts/fuzz-smoke and scripts/soak build their targets here, so the
+# libraries are compiled with sanitizers once, not once per script.
+ZEN_SANITIZE_BUILD=${ZEN_SANITIZE_BUILD:-$ZEN_ROOT/build-sanitize}
 
 # Everything zen needs, from Debian.
 ZEN_PACKAGES=(
@@ -76,4 +81,18 @@ zen_build() {
     || { cat "$ZEN_BUILD/configure.log"; die "cmake configure failed (log above)"; }
   say "building ($(nproc) jobs)"
   cmake --build "$ZEN_BUILD" -j"$(nproc)" || die "build failed (see the compiler output above)"
+}
+
+# zen_configure_sanitizers: configure $ZEN_SANITIZE_BUILD (RelWithDebInfo,
+# clang-14, -DZEN_SANITIZE=ON, fuzz targets and tests declared; callers build
+# only the targets they run). The same options every time, so a second call
+# reuses the first one's objects.
+zen_configure_sanitizers() {
+  say "configuring $ZEN_SANITIZE_BUILD (clang-14, ASan + UBSan, libFuzzer)"
+  cmake -S "$ZEN_ROOT" -B "$ZEN_SANITIZE_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DZEN_BUILD_FUZZ=ON -DZEN_SANITIZE=ON \
+    -DZEN_BUILD_TESTS=ON -DZEN_BUILD_BENCH=OFF -DZEN_BUILD_PYTHON=OFF \
+    >"$ZEN_SANITIZE_BUILD.configure.log" 2>&1 \
+    || { cat "$ZEN_SANITIZE_BUILD.configure.log"; die "cmake configure failed (log above)"; }
 }
