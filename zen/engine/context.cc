@@ -8,6 +8,7 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/core/row_permutation.h"
 #include "zen/schemes/zen.h"
 
 namespace zen {
@@ -146,6 +147,52 @@ std::string LocalError(const BatchTensor& t, const std::string& scheme,
     }
   }
   return {};
+}
+
+// The groups of a batch's tensors that Execute coalesces (each of two or
+// more sparse tensors, in batch order; a tensor in no group moves alone).
+// Built from fields the metadata round compared, so every rank forms the
+// same groups. A group closes where its rows would pass the largest row
+// count every coalescing scheme takes (zen's permutation: 2^62).
+std::vector<std::vector<size_t>> CoalescedGroups(std::span<const BatchTensor> tensors,
+                                                 const std::string& fallback,
+                                                 const SchemeRegistry& registry) {
+  struct Open {
+    std::string key;
+    std::vector<size_t> members;
+    int64_t rows = 0;
+  };
+  std::vector<Open> open;
+  std::vector<std::vector<size_t>> groups;
+  auto close = [&](Open& g) {
+    if (g.members.size() >= 2) groups.push_back(std::move(g.members));
+    g.members.clear();
+    g.rows = 0;
+  };
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const BatchTensor& t = tensors[i];
+    if (t.kind != BatchTensor::Kind::kSparse) continue;
+    const std::string& id = SchemeOf(t, fallback);
+    const SchemeInfo* info = registry.Find(id);
+    if (id != "auto" && (info == nullptr || !info->rank_order)) continue;
+    const std::string key = detail::Concat(id, '\t', WireValuesName(t.values), '\t',
+                                           t.rank_order ? 1 : 0, '\t', t.width);
+    auto it = std::find_if(open.begin(), open.end(), [&](const Open& g) { return g.key == key; });
+    if (it == open.end()) it = open.insert(open.end(), Open{key, {}, 0});
+    int64_t rows = 0, elements = 0;
+    if (!TryAdd(it->rows, t.rows, rows) || rows > kMaxPermutedRows ||
+        !TryMul(rows, t.width, elements)) {
+      close(*it);
+      rows = t.rows;
+    }
+    it->members.push_back(i);
+    it->rows = rows;
+  }
+  for (Open& g : open) close(g);
+  // Exchanges run in the order of each group's first tensor.
+  std::sort(groups.begin(), groups.end(),
+            [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  return groups;
 }
 
 }  // namespace
@@ -350,10 +397,90 @@ void Context::Run() {
   }
 }
 
+void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& tensors,
+                            std::span<const size_t> group) {
+  const BatchTensor& first = tensors[group.front()];
+  const int64_t width = first.width;
+  const size_t w = static_cast<size_t>(width);
+  // The rows end to end: ids offset by the rows of the tensors before.
+  std::string name = detail::Concat(batch, ": ", group.size(), " sparse tensors coalesced ('",
+                                    first.name, "', ...)");
+  coalesced_ids_.clear();
+  coalesced_values_.clear();
+  coalesced_offsets_.clear();
+  int64_t offset = 0;
+  for (size_t index : group) {
+    const SparseTensor& in = *tensors[index].sparse;
+    coalesced_offsets_.push_back(offset);
+    for (int64_t id : in.ids()) coalesced_ids_.push_back(id + offset);
+    coalesced_values_.insert(coalesced_values_.end(), in.values().begin(), in.values().end());
+    offset += in.rows();  // CoalescedGroups checked the total
+  }
+  SparseTensor input = SparseTensor::FromSorted(offset, width, std::move(coalesced_ids_),
+                                                std::move(coalesced_values_), std::move(name));
+  Scheme& s = scheme(SchemeOf(first, options_.scheme), first.values, first.rank_order);
+  SparseTensor sum;
+  try {
+    sum = s.Sync(*comm_, input);
+  } catch (...) {
+    coalesced_ids_ = std::move(input).TakeIds();
+    coalesced_values_ = std::move(input).TakeValues();
+    throw;
+  }
+  coalesced_ids_ = std::move(input).TakeIds();
+  coalesced_values_ = std::move(input).TakeValues();
+
+  // Each tensor's part of the sum: the result's ids are sorted, so a slice.
+  const std::span<const int64_t> ids = sum.ids();
+  const std::span<const float> values = sum.values();
+  for (size_t k = 0; k < group.size(); ++k) {
+    BatchTensor& t = tensors[group[k]];
+    const int64_t lo_id = coalesced_offsets_[k];
+    const auto lo = std::lower_bound(ids.begin(), ids.end(), lo_id);
+    const auto hi = std::lower_bound(lo, ids.end(), lo_id + t.rows);
+    const size_t begin = static_cast<size_t>(lo - ids.begin());
+    const size_t end = static_cast<size_t>(hi - ids.begin());
+    if (t.into) {  // Scheme::SyncInto's contract (WriteInto's arithmetic)
+      std::fill(t.sparse_into.begin(), t.sparse_into.end(), 0.0f);
+      for (size_t i = begin; i < end; ++i) {
+        const float* v = values.data() + i * w;
+        float* dst = t.sparse_into.data() + static_cast<size_t>(ids[i] - lo_id) * w;
+        if (t.divisor == 1.0f) {
+          std::copy_n(v, w, dst);
+        } else {
+          for (size_t j = 0; j < w; ++j) dst[j] = v[j] / t.divisor;
+        }
+      }
+      continue;
+    }
+    // Into the output's own storage where it has some (no allocation when
+    // the caller reuses its outputs).
+    std::vector<int64_t> out_ids = std::move(*t.sparse_out).TakeIds();
+    std::vector<float> out_values = std::move(*t.sparse_out).TakeValues();
+    out_ids.resize(end - begin);
+    for (size_t i = begin; i < end; ++i) out_ids[i - begin] = ids[i] - lo_id;
+    out_values.assign(values.begin() + static_cast<ptrdiff_t>(begin * w),
+                      values.begin() + static_cast<ptrdiff_t>(end * w));
+    *t.sparse_out = SparseTensor::FromSorted(t.rows, width, std::move(out_ids),
+                                             std::move(out_values), t.name);
+  }
+}
+
 void Context::Execute(const Job& job) {
   std::vector<BatchTensor>& tensors = *job.tensors;
   CheckBatchAgree(*comm_, job.name, tensors, options_.scheme);
-  for (BatchTensor& t : tensors) {
+  const std::vector<std::vector<size_t>> groups =
+      CoalescedGroups(tensors, options_.scheme, AllSchemes());
+  std::vector<const std::vector<size_t>*> group_of(tensors.size(), nullptr);
+  for (const auto& g : groups) {
+    for (size_t i : g) group_of[i] = &g;
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    BatchTensor& t = tensors[i];
+    if (group_of[i] != nullptr) {
+      if (group_of[i]->front() == i) SyncCoalesced(job.name, tensors, *group_of[i]);
+      continue;
+    }
     Scheme& s = scheme(SchemeOf(t, options_.scheme), t.values, t.rank_order);
     if (t.kind == BatchTensor::Kind::kDense) {
       if (!t.sum_order.empty()) {

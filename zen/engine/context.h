@@ -11,8 +11,15 @@
 // One batch is one collective call: a single metadata round checks, on every
 // rank, that all ranks are in the same call (the batch's name), with the
 // same tensors (names, shapes, schemes) and that no rank rejected its input;
-// then each tensor's data moves with the scheme chosen for it, without a
-// metadata round of its own. A disagreement is raised on every rank, naming
+// then the data moves without a metadata round per tensor. Sparse tensors
+// that share a scheme which adds the ranks' values in rank order
+// (SchemeInfo::rank_order: zen, agsparse, omnireduce) or "auto", their wire
+// values, rank-order requirement and width are coalesced: their rows are
+// laid end to end (ids offset by the rows before them) and move in one
+// exchange, e.g. one push and one pull for zen, whatever their number; each
+// sum is bit for bit what a call of its own gives (the same additions in the
+// same order). Dense tensors and other schemes move one tensor at a time.
+// A disagreement is raised on every rank, naming
 // the first tensor that differs. As with Scheme::Sync, a batch that is out
 // of step with the peers' (one rank started a batch the others did not)
 // marks the communicator and every later batch fails too.
@@ -192,8 +199,17 @@ class Context {
   void Run();
   void Execute(const Job& job);
 
+  // Synchronizes tensors[group] (sparse, one scheme, one width) in one
+  // exchange of their rows laid end to end, then hands each its part.
+  void SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& tensors,
+                     std::span<const size_t> group);
+
   std::unique_ptr<Communicator> owned_;
   Communicator* comm_;
+  // SyncCoalesced's input, reused from batch to batch (progress thread only).
+  std::vector<int64_t> coalesced_ids_;
+  std::vector<float> coalesced_values_;
+  std::vector<int64_t> coalesced_offsets_;
   ContextOptions options_;
   std::mutex schemes_mu_;
   std::map<std::string, std::unique_ptr<Scheme>> schemes_;
