@@ -217,7 +217,8 @@ TEST_P(ContextTest, SparseTensorsOfOneWidthMoveInOneExchange) {
   in.push_back(Inputs(500, 2, 0.05, 13, names[3]));  // another width: its own group of one
   in.push_back(Inputs(400, 4, 0.1, 14, names[4]));
   constexpr float kDivisor = 3.0f;
-  const bool coalesces = GetParam() == "zen" || GetParam() == "agsparse" || GetParam() == "auto";
+  const bool coalesces = GetParam() == "zen" || GetParam() == "agsparse" ||
+                         GetParam() == "omnireduce" || GetParam() == "auto";
   testing::RunRanks(
       Backend::kGlooTcp, kWorld,
       [&](Communicator& comm) {
@@ -589,7 +590,7 @@ TEST_P(ContextTest, CompletionCallbackRunsOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ContextTest,
-                         ::testing::Values("zen", "agsparse", "sparcml", "dense", "auto"),
+                         ::testing::Values("zen", "agsparse", "sparcml", "dense", "omnireduce", "auto"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
