@@ -51,7 +51,8 @@ void CooSeeds(const fs::path& dir) {
 
 void RowsSeeds(const fs::path& dir) {
   for (bool hash : {true, false}) {
-    for (EncodingChoice e : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap}) {
+    for (EncodingChoice e :
+         {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kCoo32}) {
       RowsCase c;
       c.rows = 5000;
       c.servers = 4;
@@ -79,7 +80,9 @@ void RowsSeeds(const fs::path& dir) {
       EncodeRows(owner.DomainSize(c.server), c.width, positions, values, e, msg);
       Write(dir,
             std::string("seed-") + (hash ? "hash" : "range") +
-                (e == EncodingChoice::kCoo ? "-coo" : "-bitmap"),
+                (e == EncodingChoice::kCoo     ? "-coo"
+                 : e == EncodingChoice::kCoo32 ? "-coo32"
+                                               : "-bitmap"),
             c.Header(), msg);
     }
   }

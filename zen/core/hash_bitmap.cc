@@ -61,6 +61,23 @@ bool TryCooBytes(int64_t count, int64_t width, size_t& out) {
          TryMessageBytes(index, count, width, out);
 }
 
+// COO32's index: count uint32, zero-padded to a multiple of 8 bytes (the
+// values stay 8-byte aligned).
+bool TryCoo32Index(int64_t count, size_t& out) {
+  size_t index = 0;
+  if (count < 0 || !TryMul(static_cast<size_t>(count), sizeof(uint32_t), index) ||
+      !TryAdd(index, size_t{7}, index)) {
+    return false;
+  }
+  out = index / 8 * 8;
+  return true;
+}
+
+bool TryCoo32Bytes(int64_t count, int64_t width, size_t& out) {
+  size_t index = 0;
+  return TryCoo32Index(count, index) && TryMessageBytes(index, count, width, out);
+}
+
 bool TryBitmapBytes(int64_t domain_size, int64_t count, int64_t width, size_t& out) {
   return domain_size >= 0 &&
          TryMessageBytes(BitmapWords(domain_size) * sizeof(uint64_t), count, width, out);
@@ -84,6 +101,15 @@ size_t CooMessageBytes(int64_t count, int64_t width) {
   return out;
 }
 
+size_t Coo32MessageBytes(int64_t count, int64_t width) {
+  size_t out = 0;
+  if (!TryCoo32Bytes(count, width, out)) {
+    throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
+                          " overflow the message size");
+  }
+  return out;
+}
+
 size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
   size_t out = 0;
   if (!TryBitmapBytes(domain_size, count, width, out)) {
@@ -94,8 +120,30 @@ size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
 }
 
 RowEncoding ChooseEncoding(int64_t domain_size, int64_t count) {
-  return BitmapWords(domain_size) < static_cast<size_t>(count) ? RowEncoding::kHashBitmap
-                                                               : RowEncoding::kCoo;
+  // Index bytes: bitmap words x 8 against count x 8 (COO) or count x 4
+  // rounded up to 8 (COO32); ties go to COO, which needs no domain.
+  const size_t bitmap = BitmapWords(domain_size);  // in 8-byte words
+  if (domain_size <= kMaxCoo32Domain) {
+    const size_t coo32 = (static_cast<size_t>(count) + 1) / 2;  // in 8-byte words
+    return bitmap < coo32 ? RowEncoding::kHashBitmap : RowEncoding::kCoo32;
+  }
+  return bitmap < static_cast<size_t>(count) ? RowEncoding::kHashBitmap : RowEncoding::kCoo;
+}
+
+RowEncoding ResolveEncoding(int64_t domain_size, int64_t count, EncodingChoice choice) {
+  switch (choice) {
+    case EncodingChoice::kCoo: return RowEncoding::kCoo;
+    case EncodingChoice::kHashBitmap: return RowEncoding::kHashBitmap;
+    case EncodingChoice::kCoo32:
+      if (domain_size > kMaxCoo32Domain) {
+        throw InvalidArgument(Where{}, "row message: COO32 over a domain of ", domain_size,
+                              " positions (at most 2^32)");
+      }
+      return RowEncoding::kCoo32;
+    case EncodingChoice::kCompactCoo:
+      return domain_size <= kMaxCoo32Domain ? RowEncoding::kCoo32 : RowEncoding::kCoo;
+    default: return ChooseEncoding(domain_size, count);
+  }
 }
 
 RowEncoding EncodeRows(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
@@ -110,12 +158,15 @@ RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, Encodin
                           " over a domain of ", domain_size);
   }
   RowsLayout l;
-  l.encoding = choice == EncodingChoice::kCoo          ? RowEncoding::kCoo
-               : choice == EncodingChoice::kHashBitmap ? RowEncoding::kHashBitmap
-                                                       : ChooseEncoding(domain_size, count);
+  l.encoding = ResolveEncoding(domain_size, count, choice);
   if (l.encoding == RowEncoding::kCoo) {
     l.bytes = CooMessageBytes(count, width);
     l.values_offset = kRowHeaderBytes + static_cast<size_t>(count) * sizeof(int64_t);
+  } else if (l.encoding == RowEncoding::kCoo32) {
+    l.bytes = Coo32MessageBytes(count, width);
+    size_t index = 0;
+    TryCoo32Index(count, index);  // cannot fail: the message size did not
+    l.values_offset = kRowHeaderBytes + index;
   } else {
     l.bytes = BitmapMessageBytes(domain_size, count, width);
     l.values_offset = kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t);
@@ -146,6 +197,18 @@ void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t>
   if (layout.encoding == RowEncoding::kCoo) {
     for (size_t i = 0; i < positions.size(); ++i) check(i, positions[i]);
     if (!positions.empty()) std::memcpy(index, positions.data(), positions.size() * sizeof(int64_t));
+  } else if (layout.encoding == RowEncoding::kCoo32) {
+    if (domain_size > kMaxCoo32Domain) {
+      throw InvalidArgument(Where{}, "encode rows: COO32 over a domain of ", domain_size,
+                            " positions (at most 2^32)");
+    }
+    for (size_t i = 0; i < positions.size(); ++i) {
+      check(i, positions[i]);
+      const uint32_t p = static_cast<uint32_t>(positions[i]);
+      std::memcpy(index + i * sizeof(uint32_t), &p, sizeof(p));
+    }
+    const size_t used = positions.size() * sizeof(uint32_t);
+    std::memset(index + used, 0, layout.values_offset - kRowHeaderBytes - used);
   } else {
     h.domain_size = domain_size;
     const size_t words = BitmapWords(domain_size);
@@ -197,6 +260,10 @@ bool ValuesOffset(const Header& h, int64_t domain_size, size_t& out) {
     size_t index = 0;
     if (h.count < 0 || !TryMul(static_cast<size_t>(h.count), sizeof(int64_t), index)) return false;
     return TryAdd(kRowHeaderBytes, index, out);
+  }
+  if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo32)) {
+    size_t index = 0;
+    return TryCoo32Index(h.count, index) && TryAdd(kRowHeaderBytes, index, out);
   }
   if (h.encoding == static_cast<uint8_t>(RowEncoding::kHashBitmap) && domain_size >= 0) {
     out = kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t);
@@ -305,6 +372,20 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
     m.encoding = RowEncoding::kCoo;
     fits = TryCooBytes(h.count, width, expect);
     m.values = m.index + static_cast<size_t>(h.count) * sizeof(int64_t);
+  } else if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo32)) {
+    if (h.domain_size != 0) {
+      throw FormatError(where, "row message from server ", server, ": COO32 with domain size ",
+                        h.domain_size);
+    }
+    if (domain_size > kMaxCoo32Domain) {
+      throw FormatError(where, "row message from server ", server, ": COO32 for a domain of ",
+                        domain_size, " positions, more than its 2^32");
+    }
+    m.encoding = RowEncoding::kCoo32;
+    fits = TryCoo32Bytes(h.count, width, expect);
+    size_t index = 0;
+    if (fits) TryCoo32Index(h.count, index);
+    m.values = m.index + index;
   } else if (h.encoding == static_cast<uint8_t>(RowEncoding::kHashBitmap)) {
     if (h.domain_size != domain_size) {
       throw FormatError(where, "row message from server ", server, ": bitmap over ", h.domain_size,
@@ -323,17 +404,22 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                       " bytes, expected ", fits ? std::to_string(expect) : std::string("an overflowing size"),
                       " for ", h.count, " rows of width ", width);
   }
-  if (m.encoding == RowEncoding::kCoo) {
+  if (m.encoding == RowEncoding::kCoo || m.encoding == RowEncoding::kCoo32) {
     int64_t prev = -1;
-    for (size_t i = 0; i < static_cast<size_t>(h.count); ++i) {
-      int64_t p;
-      std::memcpy(&p, m.index + i * sizeof(int64_t), sizeof(p));
+    m.ForEach([&](size_t i, int64_t p) {
       if (p <= prev || p >= domain_size) {
         throw FormatError(where, "row message from server ", server, ": position ", p,
                           " at row ", i, " is outside the server's domain [0, ", domain_size,
                           "), out of order or repeated");
       }
       prev = p;
+    });
+    if (m.encoding == RowEncoding::kCoo32) {
+      const std::byte* pad = m.index + static_cast<size_t>(h.count) * sizeof(uint32_t);
+      if (std::any_of(pad, m.values, [](std::byte b) { return b != std::byte{0}; })) {
+        throw FormatError(where, "row message from server ", server,
+                          ": COO32 padding after the positions is not zero");
+      }
     }
   } else {
     uint64_t last = 0;

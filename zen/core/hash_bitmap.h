@@ -9,26 +9,32 @@
 // row, whatever `rows` (2^40 rows cost nothing).
 //
 // A message carries rows of one server's partition by their positions in
-// D_j (strictly ascending), in one of two encodings, chosen per message by
+// D_j (strictly ascending), in one of three encodings, chosen per message by
 // size and tagged in a header:
 //   COO          positions (int64 each) then values;
+//   COO32        positions (uint32 each, for a domain of at most 2^32
+//                positions), zero-padded to a multiple of 8 bytes, then
+//                values: 4 bytes per row less than COO, a third of an
+//                element-sparse (width 1) row;
 //   hash bitmap  one bit per position of D_j (bit p set <=> the row at
 //                position p is present; 64-bit words, little-endian bit
 //                order, the unused tail bits zero) then the values in
 //                position order.
 // The bitmap costs ceil(|D_j| / 64) x 8 bytes whatever the count, so one
 // rank receiving every server's bitmap receives about rows / 8 bytes of
-// index in total, independent of n. COO costs 8 bytes per row. kAuto picks
-// the smaller (the bitmap wins above ~1/64 density within the domain).
+// index in total, independent of n. COO costs 8 bytes per row, COO32 4.
+// kAuto picks the smallest (COO32 where the domain allows it, else COO;
+// the bitmap above ~1/32 density within the domain, ~1/64 against COO).
 //
 // Layout (host byte order; all ranks of a job share one architecture):
 //   uint32 magic 'ZENR' | uint8 version 2 | uint8 encoding | uint16 0
-//   int64 count | int64 width | int64 domain size (bitmap) or 0 (COO)
-//   index (count x int64, or words x uint64) | values (count x width float)
+//   int64 count | int64 width | int64 domain size (bitmap) or 0 (COO, COO32)
+//   index (count x int64, count x uint32 + padding, or words x uint64) |
+//   values (count x width float, 8-byte aligned)
 // (Version 1 carried ids in id order; version 2 carries positions.)
 // Parsing validates everything (magic, version, encoding, exact length with
 // overflow-checked arithmetic, width, domain size, popcount == count, zero
-// tail bits, positions strictly ascending and inside D_j) and throws
+// tail bits and padding, positions strictly ascending and inside D_j) and throws
 // FormatError naming the rank, tensor and the bad field: received bytes
 // never crash the decoder. ParseRows returns a view into the message (no
 // copy): a receiver reduces straight out of its receive buffer.
@@ -72,8 +78,12 @@ class HashDomains {
   RowOwner owner_;
 };
 
-enum class RowEncoding : uint8_t { kCoo = 1, kHashBitmap = 2 };
-enum class EncodingChoice : uint8_t { kAuto, kCoo, kHashBitmap };
+enum class RowEncoding : uint8_t { kCoo = 1, kHashBitmap = 2, kCoo32 = 3 };
+// kCoo32 needs a domain of at most kMaxCoo32Domain positions
+// (InvalidArgument otherwise); kCompactCoo is kCoo32 where the domain
+// allows it, else kCoo.
+enum class EncodingChoice : uint8_t { kAuto, kCoo, kHashBitmap, kCoo32, kCompactCoo };
+inline constexpr int64_t kMaxCoo32Domain = int64_t{1} << 32;
 
 inline constexpr size_t kRowHeaderBytes = 32;
 inline constexpr uint32_t kRowMagic = 0x524E455A;  // "ZENR" in memory order
@@ -81,9 +91,12 @@ inline constexpr uint8_t kRowVersion = 2;
 
 // Message sizes, header included; InvalidArgument on overflow.
 size_t CooMessageBytes(int64_t count, int64_t width);
+size_t Coo32MessageBytes(int64_t count, int64_t width);
 size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width);
 // What kAuto picks for `count` rows of a domain of domain_size.
 RowEncoding ChooseEncoding(int64_t domain_size, int64_t count);
+// What `choice` means for a domain of domain_size (kAuto: ChooseEncoding).
+RowEncoding ResolveEncoding(int64_t domain_size, int64_t count, EncodingChoice choice);
 
 // Encodes rows at `positions` (strictly ascending, in [0, domain_size)) with
 // their values (positions.size() x width) into out (resized; its capacity is
@@ -116,7 +129,8 @@ struct RowsMessage {
   RowEncoding encoding = RowEncoding::kCoo;
   int64_t count = 0;
   int64_t width = 0;
-  const std::byte* index = nullptr;   // count int64 (COO) or words uint64 (bitmap)
+  // count int64 (COO), count uint32 (COO32) or words uint64 (bitmap)
+  const std::byte* index = nullptr;
   size_t words = 0;                   // bitmap words
   const std::byte* values = nullptr;  // count x width floats
 
@@ -128,6 +142,14 @@ struct RowsMessage {
         int64_t p;
         std::memcpy(&p, index + i * sizeof(int64_t), sizeof(p));
         fn(i, p);
+      }
+      return;
+    }
+    if (encoding == RowEncoding::kCoo32) {
+      for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
+        uint32_t p;
+        std::memcpy(&p, index + i * sizeof(uint32_t), sizeof(p));
+        fn(i, static_cast<int64_t>(p));
       }
       return;
     }

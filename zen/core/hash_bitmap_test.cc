@@ -70,13 +70,22 @@ TEST(HashBitmap, PaperExampleFifteenRowsThreeServers) {
   EXPECT_EQ(got.positions, positions);
   EXPECT_EQ(got.values, values);
   EXPECT_EQ(d.IdAt(0, 2), 2);
-  // kAuto: a 5-position domain costs one word, COO two ids: same 8 bytes vs
-  // 16, so the bitmap.
-  EXPECT_EQ(ChooseEncoding(5, 2), RowEncoding::kHashBitmap);
-  EXPECT_EQ(ChooseEncoding(5, 1), RowEncoding::kCoo);
+  // kAuto: a 5-position domain's bitmap costs one 8-byte word; COO32 two
+  // positions one word too (a tie goes to COO32), three positions two words
+  // (the bitmap). Above 2^32 positions only COO (8 bytes each) competes.
+  EXPECT_EQ(ChooseEncoding(5, 3), RowEncoding::kHashBitmap);
+  EXPECT_EQ(ChooseEncoding(5, 2), RowEncoding::kCoo32);
+  EXPECT_EQ(ChooseEncoding(5, 1), RowEncoding::kCoo32);
+  EXPECT_EQ(ChooseEncoding(kMaxCoo32Domain, 1), RowEncoding::kCoo32);
+  EXPECT_EQ(ChooseEncoding(kMaxCoo32Domain + 1, 1), RowEncoding::kCoo);
+  EXPECT_EQ(ChooseEncoding(int64_t{1} << 36, (int64_t{1} << 30) + 1), RowEncoding::kHashBitmap);
+  EXPECT_EQ(ResolveEncoding(kMaxCoo32Domain + 1, 1, EncodingChoice::kCompactCoo), RowEncoding::kCoo);
+  EXPECT_EQ(ResolveEncoding(kMaxCoo32Domain, 1, EncodingChoice::kCompactCoo), RowEncoding::kCoo32);
+  EXPECT_THROW(ResolveEncoding(kMaxCoo32Domain + 1, 1, EncodingChoice::kCoo32), InvalidArgument);
   // A position outside the domain, or out of order, is refused by the encoder.
   const std::vector<int64_t> outside = {2, 5}, unordered = {3, 2};
-  for (EncodingChoice c : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap}) {
+  for (EncodingChoice c :
+       {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kCoo32}) {
     EXPECT_THROW(EncodeRows(d.size(0), 1, outside, values, c, msg), InvalidArgument);
     EXPECT_THROW(EncodeRows(d.size(0), 1, unordered, values, c, msg), InvalidArgument);
   }
@@ -96,17 +105,30 @@ TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
         if (keep(rng)) positions.push_back(p);
       }
       const std::vector<float> values = Values(positions.size(), width, static_cast<float>(j));
-      for (EncodingChoice c :
-           {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kAuto}) {
+      for (EncodingChoice c : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap,
+                               EncodingChoice::kCoo32, EncodingChoice::kCompactCoo,
+                               EncodingChoice::kAuto}) {
         std::vector<std::byte> msg(7);  // reused buffers are resized, not appended to
         const RowEncoding enc = EncodeRows(d.size(j), width, positions, values, c, msg);
         const int64_t count = static_cast<int64_t>(positions.size());
-        EXPECT_EQ(msg.size(), enc == RowEncoding::kCoo
-                                  ? CooMessageBytes(count, width)
-                                  : BitmapMessageBytes(d.size(j), count, width));
+        // Header, index (COO32: 4 bytes per position, padded to 8), values.
+        const size_t values_bytes = static_cast<size_t>(count * width) * sizeof(float);
+        const size_t coo = kRowHeaderBytes + static_cast<size_t>(count) * 8 + values_bytes;
+        const size_t coo32 =
+            kRowHeaderBytes + (static_cast<size_t>(count) * 4 + 7) / 8 * 8 + values_bytes;
+        const size_t bitmap =
+            kRowHeaderBytes + static_cast<size_t>((d.size(j) + 63) / 64) * 8 + values_bytes;
+        EXPECT_EQ(CooMessageBytes(count, width), coo);
+        EXPECT_EQ(Coo32MessageBytes(count, width), coo32);
+        EXPECT_EQ(BitmapMessageBytes(d.size(j), count, width), bitmap);
+        EXPECT_EQ(msg.size(), enc == RowEncoding::kCoo     ? coo
+                              : enc == RowEncoding::kCoo32 ? coo32
+                                                           : bitmap);
+        if (c == EncodingChoice::kCompactCoo) {
+          EXPECT_EQ(enc, RowEncoding::kCoo32);
+        }
         if (c == EncodingChoice::kAuto) {
-          EXPECT_EQ(msg.size(), std::min(CooMessageBytes(count, width),
-                                         BitmapMessageBytes(d.size(j), count, width)));
+          EXPECT_EQ(msg.size(), std::min(coo32, bitmap));
         }
         DecodedRows got;
         DecodeRows(msg, d.size(j), j, width, Where{}, got);
@@ -155,6 +177,7 @@ class MalformedTest : public ::testing::Test {
     values_ = Values(positions_.size(), 2, 1.0f);
     EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kHashBitmap, bitmap_);
     EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kCoo, coo_);
+    EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kCoo32, coo32_);
   }
   void ExpectFormatError(const std::vector<std::byte>& msg, const char* what) {
     DecodedRows got;
@@ -173,11 +196,11 @@ class MalformedTest : public ::testing::Test {
   HashDomains domains_{RowOwner::Permuted(9, 1000, 3)};
   std::vector<int64_t> positions_;
   std::vector<float> values_;
-  std::vector<std::byte> bitmap_, coo_;
+  std::vector<std::byte> bitmap_, coo_, coo32_;
 };
 
 TEST_F(MalformedTest, EveryTruncationAndExtensionIsRejected) {
-  for (const auto* msg : {&bitmap_, &coo_}) {
+  for (const auto* msg : {&bitmap_, &coo_, &coo32_}) {
     for (size_t len = 0; len < msg->size(); ++len) {
       ExpectFormatError(std::vector<std::byte>(msg->begin(), msg->begin() + static_cast<long>(len)),
                         "truncated");
@@ -219,6 +242,13 @@ TEST_F(MalformedTest, HeaderFields) {
   m = coo_;
   Poke<int64_t>(m, 24, 5);
   ExpectFormatError(m, "COO with a domain size");
+  m = coo32_;
+  Poke<int64_t>(m, 24, 5);
+  ExpectFormatError(m, "COO32 with a domain size");
+  // COO32 only where the domain fits 32-bit positions.
+  DecodedRows got;
+  EXPECT_THROW(DecodeRows(coo32_, kMaxCoo32Domain + 1, 1, 2, Where{}, got), FormatError);
+  EXPECT_NO_THROW(DecodeRows(coo32_, kMaxCoo32Domain, 1, 2, Where{}, got));
 }
 
 // A huge domain and count whose message size overflows size_t: rejected
@@ -228,7 +258,7 @@ TEST(HashBitmapMalformed, OverflowingSizesAreFormatErrors) {
   const uint32_t magic = kRowMagic;
   std::memcpy(m.data(), &magic, 4);
   m[4] = std::byte{kRowVersion};
-  for (uint8_t enc : {uint8_t{1}, uint8_t{2}}) {
+  for (uint8_t enc : {uint8_t{1}, uint8_t{2}, uint8_t{3}}) {
     m[5] = std::byte{enc};
     const int64_t count = int64_t{1} << 61, width = int64_t{1} << 40;
     const int64_t dsize = enc == 2 ? kMaxPermutedRows : 0;
@@ -281,11 +311,30 @@ TEST_F(MalformedTest, CooPositions) {
   ExpectFormatError(m, "negative position");
 }
 
+TEST_F(MalformedTest, Coo32PositionsAndPadding) {
+  ASSERT_EQ(positions_.size() % 2, 1u);  // so that there is padding
+  std::vector<std::byte> m = coo32_;
+  Poke<uint32_t>(m, kRowHeaderBytes + 4, static_cast<uint32_t>(positions_[0]));
+  ExpectFormatError(m, "repeated position");
+  m = coo32_;
+  Poke<uint32_t>(m, kRowHeaderBytes, static_cast<uint32_t>(positions_[1] + 1));
+  ExpectFormatError(m, "out of order");
+  m = coo32_;
+  Poke<uint32_t>(m, kRowHeaderBytes + 4 * (positions_.size() - 1),
+                 static_cast<uint32_t>(domains_.size(1)));
+  ExpectFormatError(m, "position past the domain");
+  m = coo32_;
+  Poke<uint32_t>(m, kRowHeaderBytes + 4 * positions_.size(), 1);
+  ExpectFormatError(m, "non-zero padding");
+  // 4 bytes per position (plus padding) instead of COO's 8.
+  EXPECT_EQ(coo_.size() - coo32_.size(), 4 * positions_.size() - 4);
+}
+
 TEST_F(MalformedTest, RandomCorruptionNeverCrashes) {
   std::mt19937_64 rng(77);
   int rejected = 0, accepted = 0;
   for (int trial = 0; trial < 3000; ++trial) {
-    std::vector<std::byte> m = trial % 2 ? coo_ : bitmap_;
+    std::vector<std::byte> m = trial % 3 == 0 ? coo_ : trial % 3 == 1 ? coo32_ : bitmap_;
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int f = 0; f < flips; ++f) {
       m[rng() % m.size()] ^= static_cast<std::byte>(1u << (rng() % 8));

@@ -131,7 +131,9 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     for (int j = 0; j < n; ++j) {
       if (j == r) continue;
       EncodeRows(domains.size(j), width, mine.positions_of(j), mine.values_of(j),
-                 EncodingChoice::kCoo, ws.push_send[static_cast<size_t>(j)]);
+                 CompactPush(width, domains.size(j)) ? EncodingChoice::kCoo32
+                                                     : EncodingChoice::kCoo,
+                 ws.push_send[static_cast<size_t>(j)]);
       NarrowRowsValues(ws.push_send[static_cast<size_t>(j)], 0, options_.wire_values);
       stats_.pushed_rows += mine.count(j);
     }
@@ -143,6 +145,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     // Aggregate this server's partition straight out of the receive buffers.
     t0 = Clock::now();
     ws.parts.clear();
+    ws.pushed.resize(un);
+    const bool compact = CompactPush(width, domains.size(r));
     for (int i = 0; i < n; ++i) {
       if (i == r) {
         ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
@@ -150,19 +154,23 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       }
       const RowsMessage m = ReadPeerMessage(ws.push_recv[static_cast<size_t>(i)], "push", i,
                                             domains.size(r), r, width, where);
-      if (m.encoding != RowEncoding::kCoo) {
-        throw FormatError(where, "zen: push message from rank ", i, " is not COO");
+      if (m.encoding != (compact ? RowEncoding::kCoo32 : RowEncoding::kCoo)) {
+        throw FormatError(where, "zen: push message from rank ", i, " is not ",
+                          compact ? "COO32" : "COO");
       }
-      // COO positions are int64 at an 8-byte aligned offset of the buffer.
+      ws.pushed[static_cast<size_t>(i)] = m;
+      // COO positions are int64 at an 8-byte aligned offset of the buffer
+      // (COO32's are read by AggregateElements from the message).
       ws.parts.push_back(
-          {std::span(reinterpret_cast<const int64_t*>(m.index), static_cast<size_t>(m.count)),
+          {compact ? std::span<const int64_t>()
+                   : std::span(reinterpret_cast<const int64_t*>(m.index),
+                               static_cast<size_t>(m.count)),
            std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
     }
     // The sum is written straight into the pull message.
     const int64_t served = !sum_order_.empty() ? AggregateInSumOrder(domains, r, width)
-                           : width == 1 && domains.size(r) <= (int64_t{1} << 32)
-                               ? AggregateElements(domains.size(r))
-                               : AggregateRows(domains.size(r), width);
+                           : compact ? AggregateElements(domains.size(r), r)
+                                     : AggregateRows(domains.size(r), width);
     WriteRowsIndex(domains.size(r), width, ws.served_positions, ws.pull_layout, ws.pull_send);
     stats_.served_rows = served;
     stats_.aggregate_seconds = Since(t0);
@@ -296,22 +304,35 @@ int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, i
   return served;
 }
 
-int64_t ZenScheme::AggregateElements(int64_t domain_size) {
+int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
   // Width 1, positions below 2^32: one word per incoming element, the
   // position above the value's bits, radix-sorted (stable: equal positions
   // keep the parts' rank order, so the sums are added in the same order as
   // the n-way merge adds them), then one pass that sums runs of equal
   // positions into the pull message. About a tenth of the merge's work.
+  // The peers' positions are read from their COO32 messages in place.
   Workspace& ws = ws_;
   size_t total = 0;
-  for (const RowsView& part : ws.parts) total += part.ids.size();
+  for (const RowsView& part : ws.parts) total += part.values.size();
   ws.words.resize(total);
   uint64_t* w = ws.words.data();
-  for (const RowsView& part : ws.parts) {
-    for (size_t i = 0; i < part.ids.size(); ++i) {
+  for (size_t q = 0; q < ws.parts.size(); ++q) {
+    const std::span<const float> values = ws.parts[q].values;
+    auto word = [&](size_t i, uint64_t position) {
       uint32_t bits;
-      std::memcpy(&bits, &part.values[i], sizeof(bits));
-      *w++ = static_cast<uint64_t>(part.ids[i]) << 32 | bits;
+      std::memcpy(&bits, &values[i], sizeof(bits));
+      *w++ = position << 32 | bits;
+    };
+    if (static_cast<int>(q) == server) {
+      const std::span<const int64_t> own = ws.parts[q].ids;
+      for (size_t i = 0; i < values.size(); ++i) word(i, static_cast<uint64_t>(own[i]));
+    } else {
+      const std::byte* coo32 = ws.pushed[q].index;
+      for (size_t i = 0; i < values.size(); ++i) {
+        uint32_t p;
+        std::memcpy(&p, coo32 + i * sizeof(uint32_t), sizeof(p));
+        word(i, p);
+      }
     }
   }
   const int position_bits =
@@ -559,16 +580,20 @@ SchemeInfo ZenInfo() {
 namespace zen {
 
 // Push COO of the rows h0 maps to each server (balanced: nnz / n per
-// server), pull each server's summed share U / n as values plus either a
-// hash bitmap over its domain (|D_s| ~ rows / n bits, in uint64 words) or
-// COO ids, whichever is smaller. One AllToAllV and one AllGatherV.
+// server; element-sparse rows, width 1, with 4-byte positions: COO32),
+// pull each server's summed share U / n as values plus either a hash
+// bitmap over its domain (|D_s| ~ rows / n bits, in uint64 words) or COO
+// positions (4 bytes each in domains of at most 2^32 positions, else 8),
+// whichever is smaller. One AllToAllV and one AllGatherV.
 CostVolumes ZenCost(const CostInputs& in) {
   CostVolumes v = NewVolumes(in);
   if (in.n == 1) return v;
   const double share = in.Union(in.n) / in.n;
   const double domain = static_cast<double>(in.rows) / in.n;
-  const double ids = std::min(std::ceil(domain / 64) * 8, share * 8);
-  const double push = (in.n - 1) * in.nnz / in.n * in.row;
+  const bool coo32 = domain <= static_cast<double>(kMaxCoo32Domain);
+  const double ids = std::min(std::ceil(domain / 64) * 8, share * (coo32 ? 4 : 8));
+  const double push_row = in.width == 1 && coo32 ? in.vals + 4 : in.row;
+  const double push = (in.n - 1) * in.nnz / in.n * push_row;
   const double pull = (in.n - 1) * (ids + share * in.vals);
   for (int r = 0; r < in.n; ++r) {
     v.recv[static_cast<size_t>(r)] += push + pull;

@@ -129,6 +129,7 @@ class ZenScheme final : public Scheme {
     ByteBuffer pull_send;
     RowsLayout pull_layout;
     std::vector<RowsView> parts;
+    std::vector<RowsMessage> pushed;  // element path: the peers' COO32 pushes, viewed
     std::vector<int64_t> served_positions;
     MergeScratch merge;
     std::vector<RowsMessage> pulled;  // views into pull_recv
@@ -155,7 +156,15 @@ class ZenScheme final : public Scheme {
   // This server's sum of ws_.parts into ws_.pull_send (values) and
   // ws_.served_positions; sets ws_.pull_layout; returns the row count.
   int64_t AggregateRows(int64_t domain_size, int64_t width);
-  int64_t AggregateElements(int64_t domain_size);  // width 1, domain <= 2^32
+  // Width 1, domain <= 2^32, no sum order: this server's part in
+  // ws_.parts[server], the peers' COO32 pushes in ws_.pushed.
+  int64_t AggregateElements(int64_t domain_size, int server);
+  // Whether pushes to a server of domain_size are COO32 (4-byte positions)
+  // rather than COO: width 1 without a sum order, i.e. exactly when that
+  // server aggregates with AggregateElements; the same on every rank.
+  bool CompactPush(int64_t width, int64_t domain_size) const {
+    return width == 1 && sum_order_.empty() && domain_size <= kMaxCoo32Domain;
+  }
   int64_t AggregateInSumOrder(const HashDomains& domains, int server, int64_t width);
   // The sparse entries' common start: stats reset, and for n > 1 this
   // rank's partition, then `zero` filled with zeros, then the exchange;

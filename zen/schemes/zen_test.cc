@@ -271,9 +271,10 @@ INSTANTIATE_TEST_SUITE_P(Variants, ZenVariantTest, ::testing::ValuesIn(Variants(
                          [](const ::testing::TestParamInfo<Variant>& i) { return i.param.name; });
 
 TEST(Zen, AutoPullEncodingFollowsDensity) {
-  // Very sparse: COO is smaller; dense: the bitmap.
+  // Very sparse: COO32 (4-byte positions: the domains are far below 2^32)
+  // is smaller; dense: the bitmap.
   for (const auto& [density, want] :
-       {std::pair{2e-4, RowEncoding::kCoo}, std::pair{0.2, RowEncoding::kHashBitmap}}) {
+       {std::pair{2e-4, RowEncoding::kCoo32}, std::pair{0.2, RowEncoding::kHashBitmap}}) {
     SyntheticSpec spec;
     spec.rows = 100000;
     spec.width = 1;
@@ -285,9 +286,40 @@ TEST(Zen, AutoPullEncodingFollowsDensity) {
       scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
       std::lock_guard lock(mu);
       EXPECT_EQ(scheme.last_stats().pull_encoding, want) << "density " << density;
-      const int other = want == RowEncoding::kCoo ? scheme.last_stats().pull_coo_messages
+      const int other = want == RowEncoding::kCoo32 ? scheme.last_stats().pull_coo_messages
                                                   : scheme.last_stats().pull_bitmap_messages;
       EXPECT_EQ(other, 3);
+    });
+  }
+}
+
+// Element-sparse pushes (width 1) carry 4-byte positions (COO32: 8 bytes
+// per element with the value, a third less than COO's 12); wider rows and
+// a dense call with a sum order keep COO's 8-byte positions.
+TEST(Zen, ElementPushesCarryFourBytePositions) {
+  for (const int64_t width : {1, 2}) {
+    SyntheticSpec spec;
+    spec.rows = 50000;
+    spec.width = width;
+    spec.density = 0.02;
+    const int n = 4;
+    const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, n);
+    std::mutex mu;
+    testing::RunRanks(Backend::kGlooTcp, n, [&](Communicator& comm) {
+      ZenScheme scheme;
+      const SparseTensor sum = scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
+      const ZenStats& st = scheme.last_stats();
+      const uint64_t headers = static_cast<uint64_t>(n - 1) * kRowHeaderBytes;
+      const uint64_t pushed = static_cast<uint64_t>(st.pushed_rows);
+      std::lock_guard lock(mu);
+      EXPECT_EQ(DenseReference(inputs).Compare(sum).rows_mismatch, 0);
+      if (width == 1) {  // COO32: 4 + 4 bytes per element, each message padded to 8
+        EXPECT_GE(st.push_bytes_sent, headers + 8 * pushed) << "rank " << comm.rank();
+        EXPECT_LE(st.push_bytes_sent, headers + 8 * pushed + 4 * (n - 1)) << "rank " << comm.rank();
+      } else {  // COO: 8 + 4 x width bytes per row
+        EXPECT_EQ(st.push_bytes_sent, headers + (8 + 4 * static_cast<uint64_t>(width)) * pushed)
+            << "rank " << comm.rank();
+      }
     });
   }
 }
