@@ -92,22 +92,26 @@ HashDomains::HashDomains(const RowOwner& owner) : owner_(owner) {
   }
 }
 
-size_t CooMessageBytes(int64_t count, int64_t width) {
+namespace {
+
+// A COO or COO32 message's size; InvalidArgument on overflow.
+size_t CheckedCooBytes(bool (*bytes)(int64_t, int64_t, size_t&), int64_t count, int64_t width) {
   size_t out = 0;
-  if (!TryCooBytes(count, width, out)) {
+  if (!bytes(count, width, out)) {
     throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
                           " overflow the message size");
   }
   return out;
 }
 
+}  // namespace
+
+size_t CooMessageBytes(int64_t count, int64_t width) {
+  return CheckedCooBytes(TryCooBytes, count, width);
+}
+
 size_t Coo32MessageBytes(int64_t count, int64_t width) {
-  size_t out = 0;
-  if (!TryCoo32Bytes(count, width, out)) {
-    throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
-                          " overflow the message size");
-  }
-  return out;
+  return CheckedCooBytes(TryCoo32Bytes, count, width);
 }
 
 size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
