@@ -230,7 +230,12 @@ BatchTensor BatchTensor::Sparse(std::string name, const SparseTensor& input, Spa
 
 void CheckBatchAgree(Communicator& comm, std::string_view batch,
                      std::span<const BatchTensor> tensors, const std::string& default_scheme) {
-  const SchemeRegistry registry = AllSchemes();
+  CheckBatchAgree(comm, batch, tensors, default_scheme, AllSchemes());
+}
+
+void CheckBatchAgree(Communicator& comm, std::string_view batch,
+                     std::span<const BatchTensor> tensors, const std::string& default_scheme,
+                     const SchemeRegistry& registry) {
   std::string error;
   uint64_t fingerprint = 1469598103934665603ULL;
   for (const BatchTensor& t : tensors) {
@@ -301,7 +306,8 @@ Context::Context(Communicator& comm, ContextOptions options)
 }
 
 void Context::Init() {
-  if (!AllSchemes().Find(options_.scheme)) {
+  registry_ = AllSchemes();
+  if (!registry_.Find(options_.scheme)) {
     throw InvalidArgument(Where{comm_->rank()}, "unknown scheme '", options_.scheme, "'");
   }
   thread_ = std::thread([this] { Run(); });
@@ -468,9 +474,9 @@ void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& 
 
 void Context::Execute(const Job& job) {
   std::vector<BatchTensor>& tensors = *job.tensors;
-  CheckBatchAgree(*comm_, job.name, tensors, options_.scheme);
+  CheckBatchAgree(*comm_, job.name, tensors, options_.scheme, registry_);
   const std::vector<std::vector<size_t>> groups =
-      CoalescedGroups(tensors, options_.scheme, AllSchemes());
+      CoalescedGroups(tensors, options_.scheme, registry_);
   std::vector<const std::vector<size_t>*> group_of(tensors.size(), nullptr);
   for (const auto& g : groups) {
     for (size_t i : g) group_of[i] = &g;

@@ -60,6 +60,7 @@
 
 #include "zen/comm/communicator.h"
 #include "zen/core/sparse_tensor.h"
+#include "zen/schemes/registry.h"
 #include "zen/schemes/scheme.h"
 
 namespace zen {
@@ -206,6 +207,7 @@ class Context {
 
   std::unique_ptr<Communicator> owned_;
   Communicator* comm_;
+  SchemeRegistry registry_;  // AllSchemes(), built once: ids, rank_order
   // SyncCoalesced's input, reused from batch to batch (progress thread only).
   std::vector<int64_t> coalesced_ids_;
   std::vector<float> coalesced_values_;
@@ -229,5 +231,10 @@ class Context {
 // the first tensor that differs. Throws like CheckRanksAgree.
 void CheckBatchAgree(Communicator& comm, std::string_view batch,
                      std::span<const BatchTensor> tensors, const std::string& default_scheme);
+// The same with the registry the tensors' schemes are looked up in
+// (AllSchemes(); a Context passes the one it keeps).
+void CheckBatchAgree(Communicator& comm, std::string_view batch,
+                     std::span<const BatchTensor> tensors, const std::string& default_scheme,
+                     const SchemeRegistry& registry);
 
 }  // namespace zen
