@@ -18,7 +18,10 @@
 // laid end to end (ids offset by the rows before them) and move in one
 // exchange, e.g. one push and one pull for zen, whatever their number; each
 // sum is bit for bit what a call of its own gives (the same additions in the
-// same order). Dense tensors and other schemes move one tensor at a time.
+// same order). Only tensors of at most 2^22 elements (rows x width) are
+// coalesced, up to 2^24 per exchange: for larger ones the copy and the
+// larger messages cost more than the rounds saved (context.cc has the
+// measurements). Dense tensors and other schemes move one tensor at a time.
 // A disagreement is raised on every rank, naming
 // the first tensor that differs. As with Scheme::Sync, a batch that is out
 // of step with the peers' (one rank started a batch the others did not)

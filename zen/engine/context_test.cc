@@ -274,6 +274,52 @@ TEST_P(ContextTest, SparseTensorsOfOneWidthMoveInOneExchange) {
       kTimeout);
 }
 
+// Coalescing stops at the dense-shape bounds (context.h): two tensors of
+// 2^22 + 1 elements move alone; five of 2^22 form one group of four (2^24
+// elements) and the fifth moves alone. Either batch sends the messages of
+// two exchanges, i.e. twice a one-tensor batch's less one metadata round.
+TEST_P(ContextTest, LargeTensorsAreNotCoalesced) {
+  if (GetParam() != "zen" && GetParam() != "agsparse") {
+    GTEST_SKIP() << "the bounds are the engine's; two coalescing schemes suffice";
+  }
+  constexpr int64_t kBig = int64_t{1} << 22;
+  const std::vector<SparseTensor> over = Inputs(kBig + 1, 1, 2e-5, 20, "over");
+  const std::vector<SparseTensor> at = Inputs(kBig, 1, 2e-5, 21, "at");
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        Context ctx(comm, Opt(GetParam()));
+        // A batch of `count` tensors, each this rank's part of `inputs`;
+        // checks every sum against the reference; returns messages sent.
+        auto run = [&](const std::string& name, const std::vector<SparseTensor>& inputs,
+                       size_t count) {
+          std::vector<SparseTensor> sums(count);
+          std::vector<BatchTensor> batch;
+          for (size_t t = 0; t < count; ++t) {
+            batch.push_back(BatchTensor::Sparse(name + std::to_string(t), inputs[r], &sums[t]));
+          }
+          const uint64_t before = comm.counters().messages_sent();
+          ctx.Sync(name, batch);
+          const uint64_t sent = comm.counters().messages_sent() - before;
+          const DenseReference reference(inputs);
+          std::lock_guard lock(mu_);
+          for (size_t t = 0; t < count; ++t) {
+            EXPECT_EQ(reference.Compare(sums[t]).rows_mismatch, 0) << name << t << " rank " << r;
+          }
+          return sent;
+        };
+        run("warm", at, 1);  // zen agrees on its seed on first use
+        const uint64_t one = run("one", at, 1);
+        const uint64_t two_over = run("over", over, 2);
+        const uint64_t five_at = run("at", at, 5);
+        std::lock_guard lock(mu_);
+        EXPECT_EQ(two_over, 2 * one - (kWorld - 1)) << "rank " << r;
+        EXPECT_EQ(five_at, 2 * one - (kWorld - 1)) << "rank " << r;
+      },
+      kTimeout);
+}
+
 // One rank's batch has another shape for one tensor: every rank raises
 // MismatchError naming that tensor; the context works afterwards.
 TEST_P(ContextTest, DifferentTensorsFailEveryRankNamingTheTensor) {
