@@ -20,10 +20,9 @@ selections of every sparsified parameter and every value of the parameters
 that stay dense (0-/1-D ones such as biases and norms, those below
 ``min_numel`` elements, and those named in ``dense_params``).
 ``fuse=False``: one element-sparse item per sparsified
-parameter (rows = numel) and one dense item per dense parameter; the
-sparse items of a batch move in one exchange (zen.Context coalesces sparse
-items of one scheme and width), each dense one with its own scheme rounds
-(a dense parameter's values cost 12 bytes each fused, 4 apart). zen writes
+parameter (rows = numel) and one dense item per dense parameter; each item's
+data moves with its own scheme rounds, so fusing saves rounds, not bytes
+(a dense parameter's values cost 12 bytes each instead of 4). zen writes
 the global sum, divided by the world size, straight into the bucket (the
 item's "out"/"divisor": Scheme::SyncInto); the future is completed from
 zen's progress thread (backward goes on meanwhile).
@@ -115,19 +114,16 @@ class TopKState:
             parameters that stay dense (rows = the bucket's values, ids
             offset by the parameter's place in the bucket): one data phase
             per bucket. False: one item per parameter, dense ones as dense
-            items (a scheme's rounds per dense parameter; the sparse items
-            are coalesced into one exchange by zen.Context, whose result is
-            sorted and then split, where the fused item's is written
-            straight into the bucket).
+            items (a scheme's rounds per parameter; slower when latency or
+            CPU scheduling, not bytes, dominates).
         coalesce: False (default): one zen exchange per bucket, started
             when DDP hands the bucket over (it overlaps the rest of
             backward). True (with fuse): one exchange per step: a bucket's
             selection is made when DDP hands it over, but its
             synchronization waits for the step's last bucket
-            (``bucket.is_last()``); then every bucket's selection travels in
-            ONE exchange (one item per bucket, coalesced by zen.Context:
-            rows laid end to end, each bucket's mean written into it) and
-            each bucket's future completes with its part. A step
+            (``bucket.is_last()``); then every bucket's selection travels as
+            ONE element-sparse item (rows = the buckets' values in bucket
+            order) and each bucket's future completes with its part. A step
             then pays one scheme call's fixed cost (rounds, per-transfer CPU)
             instead of one per bucket, but gives up the overlap; measured
             on the 8-host testbed it shortened the synchronization span and
@@ -472,34 +468,44 @@ def _fail_pending(state, error):
 
 def _flush_step(state):
     """Synchronizes the step's coalesced buckets as one zen batch: every
-    sparse bucket's selection as an element-sparse item whose mean zen
-    writes straight into the bucket (the engine moves all of them in one
-    exchange: Context coalesces sparse items of one scheme and width), every
-    all-dense bucket as a dense item, divided by the world size when done;
-    then completes the futures."""
+    sparse bucket's selection in one element-sparse item (ids offset by the
+    bucket's place among them), every all-dense bucket as a dense item; then
+    writes each bucket's part back, divides by the world size and completes
+    its future."""
     pending, state._pending = state._pending, []
     zs = state.zen_state
     world = zs.world_size
     record, live = state._step_record("zen")
-    into = {"divisor": float(world)}
-    if state.scheme:
-        into["scheme"] = state.scheme
-    items = []
+    items, sparse, ids_parts, value_parts = [], [], [], []
+    rows = 0
     for e in pending:
         if e["kind"] == "sparse":
-            items.append(("sparse", f"topk.bucket{e['index']}", e["rows"], 1, e["ids"],
-                          e["values"], dict(into, out=e["array"])))
+            e["offset"] = rows
+            ids_parts.append(e["ids"] + rows)
+            value_parts.append(e["values"])
+            rows += e["rows"]
+            sparse.append(e)
+    if sparse:
+        item = ("sparse", "topk", rows, 1, np.concatenate(ids_parts), np.concatenate(value_parts))
+        items.append(item + ({"scheme": state.scheme},) if state.scheme else item)
     for e in pending:
         if e["kind"] == "dense":
             items.append(("dense", f"dense.bucket{e['index']}", e["array"], e["array"].size, 1))
 
     def done(handle):
         try:
-            handle.wait()
-            with torch.no_grad():  # the sparse buckets hold their means already
+            results = handle.wait()
+            with torch.no_grad():
+                if sparse:
+                    ids, values = results[0]
+                    values = values.reshape(-1)
+                    for e in sparse:  # the result's ids are sorted: each bucket's is a slice
+                        lo, hi = np.searchsorted(ids, [e["offset"], e["offset"] + e["rows"]])
+                        out = e["array"]
+                        out.fill(0.0)
+                        out[ids[lo:hi] - e["offset"]] = values[lo:hi]
                 for e in pending:
-                    if e["kind"] == "dense":
-                        e["flat"].div_(world)
+                    e["flat"].div_(world)
             _account_done(record, live, [e["t0"] for e in pending])
         except Exception as ex:  # noqa: BLE001 (handed to DDP)
             for e in pending:
