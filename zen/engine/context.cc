@@ -440,14 +440,9 @@ void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& 
   SparseTensor input = SparseTensor::FromSorted(offset, width, std::move(coalesced_ids_),
                                                 std::move(coalesced_values_), std::move(name));
   Scheme& s = scheme(SchemeOf(first, options_.scheme), first.values, first.rank_order);
-  SparseTensor sum;
-  try {
-    sum = s.Sync(*comm_, input);
-  } catch (...) {
-    coalesced_ids_ = std::move(input).TakeIds();
-    coalesced_values_ = std::move(input).TakeValues();
-    throw;
-  }
+  const SparseTensor sum = s.Sync(*comm_, input);
+  // The input's storage back for the next batch (after an error the next
+  // batch allocates it anew).
   coalesced_ids_ = std::move(input).TakeIds();
   coalesced_values_ = std::move(input).TakeValues();
 
@@ -461,17 +456,9 @@ void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& 
     const auto hi = std::lower_bound(lo, ids.end(), lo_id + t.rows);
     const size_t begin = static_cast<size_t>(lo - ids.begin());
     const size_t end = static_cast<size_t>(hi - ids.begin());
-    if (t.into) {  // Scheme::SyncInto's contract (WriteInto's arithmetic)
-      std::fill(t.sparse_into.begin(), t.sparse_into.end(), 0.0f);
-      for (size_t i = begin; i < end; ++i) {
-        const float* v = values.data() + i * w;
-        float* dst = t.sparse_into.data() + static_cast<size_t>(ids[i] - lo_id) * w;
-        if (t.divisor == 1.0f) {
-          std::copy_n(v, w, dst);
-        } else {
-          for (size_t j = 0; j < w; ++j) dst[j] = v[j] / t.divisor;
-        }
-      }
+    if (t.into) {  // Scheme::SyncInto's contract
+      WriteRowsInto(ids.subspan(begin, end - begin), values.subspan(begin * w, (end - begin) * w),
+                    width, lo_id, t.sparse_into, t.divisor);
       continue;
     }
     // Into the output's own storage where it has some (no allocation when

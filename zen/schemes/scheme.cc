@@ -243,12 +243,16 @@ std::string SyncIntoError(const SparseTensor& local, std::span<const float> out,
 }
 
 void WriteInto(const SparseTensor& sum, std::span<float> out, float divisor) {
+  WriteRowsInto(sum.ids(), sum.values(), sum.width(), 0, out, divisor);
+}
+
+void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
+                   int64_t first_id, std::span<float> out, float divisor) {
   std::fill(out.begin(), out.end(), 0.0f);
-  const size_t w = static_cast<size_t>(sum.width());
-  const std::span<const int64_t> ids = sum.ids();
-  const float* v = sum.values().data();
+  const size_t w = static_cast<size_t>(width);
+  const float* v = values.data();
   for (size_t i = 0; i < ids.size(); ++i, v += w) {
-    float* dst = out.data() + static_cast<size_t>(ids[i]) * w;
+    float* dst = out.data() + static_cast<size_t>(ids[i] - first_id) * w;
     if (divisor == 1.0f) {
       std::copy_n(v, w, dst);
     } else {

@@ -145,6 +145,10 @@ std::string SyncIntoError(const SparseTensor& local, std::span<const float> out,
 // divided by `divisor` at its place (SyncInto's contract; what DoSyncInto's
 // default does with DoSync's result).
 void WriteInto(const SparseTensor& sum, std::span<float> out, float divisor);
+// The same for rows given apart: ids (ascending) minus first_id index the
+// [rows x width] `out` (zeroed first); values holds ids.size() x width.
+void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
+                   int64_t first_id, std::span<float> out, float divisor);
 
 // The tag reserved for the metadata exchange (collectives use NextTag(),
 // which starts above it), so the exchange matches even when ranks have
