@@ -162,6 +162,35 @@ void WaitAndClear(RequestList& requests) {
   requests.clear();
 }
 
+// requests: the n-1 receives PostFromEveryPeer posted (step order), then the
+// sends. Waits for each receive and hands it on, then for the sends. A
+// failed wait propagates at once, as WaitAll's does (the requests stay in
+// the list, which waits for them when cleared); a failed on_message first
+// waits for the rest, which its peers are sending.
+void WaitEachAndClear(const Communicator& comm, RequestList& requests,
+                      FunctionRef<void(int peer)> on_message) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  for (int s = 1; s < n; ++s) {
+    const size_t i = static_cast<size_t>(s - 1);
+    requests[i]->Wait();
+    try {
+      on_message(AllToAllRecvPeer(r, n, s));
+    } catch (...) {
+      for (size_t k = i + 1; k < requests.size(); ++k) {
+        try {
+          requests[k]->Wait();
+        } catch (...) {  // the first error is the one the caller reports
+        }
+      }
+      requests.clear();
+      throw;
+    }
+  }
+  for (size_t k = static_cast<size_t>(n - 1); k < requests.size(); ++k) requests[k]->Wait();
+  requests.clear();
+}
+
 }  // namespace
 
 Tag PostAllToAllV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_recv_bytes,
@@ -196,6 +225,28 @@ void FinishAllGatherV(Communicator& comm, Tag tag, std::span<const std::byte> mi
   if (n == 1) return;
   for (int s = 1; s < n; ++s) requests.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine));
   WaitAndClear(requests);
+}
+
+void FinishAllToAllVEach(Communicator& comm, Tag tag, std::span<const ByteBuffer> per_peer,
+                         RequestList& requests, FunctionRef<void(int peer)> on_message) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (n == 1) return;
+  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
+  for (int s = 1; s < n; ++s) {
+    const int to = AllToAllSendPeer(r, n, s);
+    requests.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
+  }
+  WaitEachAndClear(comm, requests, on_message);
+}
+
+void FinishAllGatherVEach(Communicator& comm, Tag tag, std::span<const std::byte> mine,
+                          RequestList& requests, FunctionRef<void(int peer)> on_message) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  if (n == 1) return;
+  for (int s = 1; s < n; ++s) requests.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine));
+  WaitEachAndClear(comm, requests, on_message);
 }
 
 void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "zen/comm/communicator.h"
+#include "zen/core/function_ref.h"
 
 namespace zen {
 
@@ -84,6 +85,21 @@ Tag PostAllGatherV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max
                    RequestList& requests);
 void FinishAllGatherV(Communicator& comm, Tag tag, std::span<const std::byte> mine,
                       RequestList& requests);
+
+// The same Finish steps, with each received message handed on as soon as it
+// is complete: after posting the sends, the receives are waited for one at
+// a time in the order the peers send them (step s = 1..n-1: from rank
+// (r - s) mod n) and on_message(peer) runs for each while the later ones
+// are still in flight (ZEN decodes a pull message into its output while the
+// others travel); then the sends are waited for. A message that arrives
+// before an earlier peer's waits for it, but its transfer does not. When
+// on_message throws, the remaining requests are waited for (their errors
+// dropped: the first error is the one to report) before the exception
+// propagates; a failed wait propagates at once, as in the Finish steps.
+void FinishAllToAllVEach(Communicator& comm, Tag tag, std::span<const ByteBuffer> per_peer,
+                         RequestList& requests, FunctionRef<void(int peer)> on_message);
+void FinishAllGatherVEach(Communicator& comm, Tag tag, std::span<const std::byte> mine,
+                          RequestList& requests, FunctionRef<void(int peer)> on_message);
 
 // Returns once every rank has entered.
 void Barrier(Communicator& comm);

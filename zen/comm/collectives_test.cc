@@ -126,6 +126,70 @@ TEST_P(CollectivesTest, AllGatherVDeliversAndCounts) {
   });
 }
 
+// The Each forms hand every peer's message on once, complete, in the order
+// the peers send (step s: from (r - s) mod n), and deliver what the plain
+// forms deliver.
+TEST_P(CollectivesTest, EachFormsHandOnEveryMessageOnceInStepOrder) {
+  const int64_t payload = this->payload();
+  RunRanks(backend(), world(), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    std::vector<int> want_order;
+    for (int s = 1; s < n; ++s) want_order.push_back((r - s + n) % n);
+    std::vector<ByteBuffer> per_peer(n), got;
+    for (int p = 0; p < n; ++p) per_peer[p] = Pattern(r, p, PairSize(payload, r, p));
+    RequestList requests;
+    std::vector<int> order;
+    Tag tag = PostAllToAllV(comm, got, kAnyBytes, requests);
+    FinishAllToAllVEach(comm, tag, per_peer, requests, [&](int peer) {
+      order.push_back(peer);
+      EXPECT_EQ(got[peer], Pattern(peer, r, PairSize(payload, peer, r))) << "from rank " << peer;
+    });
+    EXPECT_EQ(order, want_order);
+    EXPECT_TRUE(requests.empty());
+
+    const ByteBuffer mine = Pattern(r, -1, PairSize(payload, r, 0));
+    order.clear();
+    tag = PostAllGatherV(comm, got, kAnyBytes, requests);
+    FinishAllGatherVEach(comm, tag, mine, requests, [&](int peer) {
+      order.push_back(peer);
+      EXPECT_EQ(got[peer], Pattern(peer, -1, PairSize(payload, peer, 0))) << "from rank " << peer;
+    });
+    EXPECT_EQ(order, want_order);
+    EXPECT_TRUE(requests.empty());
+  });
+}
+
+// A callback that throws: the error propagates after the remaining requests
+// completed (the list is empty), and the communicator stays usable.
+TEST_P(CollectivesTest, EachFormsPropagateACallbackErrorAfterSettling) {
+  if (world() == 1) GTEST_SKIP() << "no peer, no callback";
+  const int64_t payload = this->payload();
+  RunRanks(backend(), world(), [&](Communicator& comm) {
+    const int r = comm.rank(), n = comm.size();
+    const ByteBuffer mine = Pattern(r, -1, PairSize(payload, r, 0));
+    std::vector<ByteBuffer> got;
+    RequestList requests;
+    int calls = 0;
+    const Tag tag = PostAllGatherV(comm, got, kAnyBytes, requests);
+    EXPECT_THROW(FinishAllGatherVEach(comm, tag, mine, requests,
+                                      [&](int) {
+                                        ++calls;
+                                        throw FormatError("refused");
+                                      }),
+                 FormatError);
+    EXPECT_EQ(calls, 1);
+    EXPECT_TRUE(requests.empty());
+    // Every message of the round arrived (the settled receives).
+    for (int p = 0; p < n; ++p) {
+      if (p != r) {
+        EXPECT_EQ(got[p], Pattern(p, -1, PairSize(payload, p, 0))) << "from rank " << p;
+      }
+    }
+    const std::vector<ByteBuffer> again = AllGatherV(comm, mine);
+    for (int p = 0; p < n; ++p) EXPECT_EQ(again[p], Pattern(p, -1, PairSize(payload, p, 0)));
+  });
+}
+
 TEST_P(CollectivesTest, BroadcastFromEveryRoot) {
   const int64_t payload = this->payload();
   RunRanks(backend(), world(), [&](Communicator& comm) {

@@ -104,7 +104,7 @@ HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, const Where& wh
 }
 
 void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t width,
-                         const Where& where) {
+                         const Where& where, OnPulled on_pulled) {
   const int n = comm.size();
   const int r = comm.rank();
   const size_t un = static_cast<size_t>(n);
@@ -137,21 +137,12 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       NarrowRowsValues(ws.push_send[static_cast<size_t>(j)], 0, options_.wire_values);
       stats_.pushed_rows += mine.count(j);
     }
-    push_sent = true;  // FinishAllToAllV posts every send before it waits
-    FinishAllToAllV(comm, push_tag, ws.push_send, ws.push_requests);
-    after_push = Take(comm);
-    stats_.push_seconds = Since(t0);
-
-    // Aggregate this server's partition straight out of the receive buffers.
-    t0 = Clock::now();
-    ws.parts.clear();
-    ws.pushed.resize(un);
+    push_sent = true;  // FinishAllToAllVEach posts every send before it waits
+    // Each peer's push is checked and parsed as soon as it is complete,
+    // while the later ones travel.
     const bool compact = CompactPush(width, domains.size(r));
-    for (int i = 0; i < n; ++i) {
-      if (i == r) {
-        ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
-        continue;
-      }
+    ws.pushed.resize(un);
+    FinishAllToAllVEach(comm, push_tag, ws.push_send, ws.push_requests, [&](int i) {
       const RowsMessage m = ReadPeerMessage(ws.push_recv[static_cast<size_t>(i)], "push", i,
                                             domains.size(r), r, width, where);
       if (m.encoding != (compact ? RowEncoding::kCoo32 : RowEncoding::kCoo)) {
@@ -159,6 +150,19 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
                           compact ? "COO32" : "COO");
       }
       ws.pushed[static_cast<size_t>(i)] = m;
+    });
+    after_push = Take(comm);
+    stats_.push_seconds = Since(t0);
+
+    // Aggregate this server's partition straight out of the receive buffers.
+    t0 = Clock::now();
+    ws.parts.clear();
+    for (int i = 0; i < n; ++i) {
+      if (i == r) {
+        ws.parts.push_back({mine.positions_of(r), mine.values_of(r)});
+        continue;
+      }
+      const RowsMessage& m = ws.pushed[static_cast<size_t>(i)];
       // COO positions are int64 at an 8-byte aligned offset of the buffer
       // (COO32's are read by AggregateElements from the message).
       ws.parts.push_back(
@@ -175,30 +179,35 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     stats_.served_rows = served;
     stats_.aggregate_seconds = Since(t0);
 
-    // Pull: this server's sum to everyone, hash bitmap or COO.
+    // Pull: this server's sum to everyone, hash bitmap or COO. Each peer's
+    // message is parsed and handed to on_pulled (which decodes it into the
+    // output) as soon as it is complete, while the later ones travel.
     t0 = Clock::now();
+    double handed_on = 0;  // seconds spent parsing and in on_pulled
     stats_.pull_encoding = ws.pull_layout.encoding;
     NarrowRowsValues(ws.pull_send, 0, options_.wire_values);
-    pull_sent = true;
-    FinishAllGatherV(comm, pull_tag, ws.pull_send, ws.pull_requests);
-    // Every rank, this server included, uses the rounded sums it sent.
-    WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
-    after_pull = Take(comm);
-    stats_.pull_seconds = Since(t0);
-
-    t0 = Clock::now();
     ws.pulled.resize(un);
-    for (int j = 0; j < n; ++j) {
-      if (j == r) {  // this server's own message, viewed in place (no copy)
-        ws.pulled[static_cast<size_t>(j)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
-        continue;
-      }
+    pull_sent = true;
+    FinishAllGatherVEach(comm, pull_tag, ws.pull_send, ws.pull_requests, [&](int j) {
+      const auto t = Clock::now();
       const RowsMessage m = ReadPeerMessage(ws.pull_recv[static_cast<size_t>(j)], "pull", j,
                                             domains.size(j), j, width, where);
       ws.pulled[static_cast<size_t>(j)] = m;
       (m.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
                                               : stats_.pull_coo_messages)++;
-    }
+      on_pulled(domains, j);
+      handed_on += Since(t);
+    });
+    after_pull = Take(comm);
+    stats_.pull_seconds = Since(t0) - handed_on;
+    stats_.decode_seconds += handed_on;
+
+    // Every rank, this server included, uses the rounded sums it sent (the
+    // sends are complete: its message may be widened in place).
+    t0 = Clock::now();
+    WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
+    ws.pulled[static_cast<size_t>(r)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
+    on_pulled(domains, r);
     stats_.decode_seconds += Since(t0);
   } catch (const TransportError&) {
     throw;  // the transport failed: there is nothing more to tell the peers through it
@@ -367,19 +376,16 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
 }
 
 template <typename Fn>
-void ZenScheme::ForEachResultRow(const HashDomains& domains, Fn&& fn) const {
-  const Workspace& ws = ws_;
-  for (int j = 0; j < domains.servers(); ++j) {
-    const RowsMessage& m = ws.pulled[static_cast<size_t>(j)];
-    const int64_t start = domains.start(j);
-    const RowOwner& owner = domains.owner();
-    m.ForEach([&](size_t i, int64_t p) { fn(owner.IdOfKey(start + p), m.row(i)); });
-  }
+void ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn) const {
+  const RowsMessage& m = ws_.pulled[static_cast<size_t>(server)];
+  const int64_t start = domains.start(server);
+  const RowOwner& owner = domains.owner();
+  m.ForEach([&](size_t i, int64_t p) { fn(owner.IdOfKey(start + p), m.row(i)); });
 }
 
 std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
                                                      const SparseTensor& local,
-                                                     std::span<float> zero) {
+                                                     std::span<float> zero, OnPulled on_pulled) {
   sum_order_.clear();  // dense calls only
   stats_ = ZenStats{};
   stats_.world = comm.size();
@@ -399,56 +405,64 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
   t0 = Clock::now();
   std::fill(zero.begin(), zero.end(), 0.0f);
   stats_.decode_seconds = Since(t0);
-  Exchange(comm, domains, local.width(), where);
+  Exchange(comm, domains, local.width(), where, on_pulled);
   return domains;
 }
 
-void ZenScheme::PulledElementWords(const HashDomains& domains) {
-  size_t total = 0;
-  for (const RowsMessage& m : ws_.pulled) total += static_cast<size_t>(m.count);
+std::span<uint64_t> ZenScheme::AppendElementWords(const HashDomains& domains, int server) {
+  const RowsMessage& m = ws_.pulled[static_cast<size_t>(server)];
+  const size_t first = ws_.result_words.size();
+  ws_.result_words.resize(first + static_cast<size_t>(m.count));  // capacity kept across calls
+  uint64_t* out = ws_.result_words.data() + first;
   // Keys first (a branch-light pass over the index), then the inverse
   // permutation, batched (RowPermutation::InverseInPlace).
-  ws_.words.resize(total);
-  uint64_t* out = ws_.words.data();
-  for (int j = 0; j < domains.servers(); ++j) {
-    const RowsMessage& m = ws_.pulled[static_cast<size_t>(j)];
-    const uint64_t start = static_cast<uint64_t>(domains.start(j));
-    const float* v = m.row(0);
-    m.ForEach([&](size_t i, int64_t p) {
-      uint32_t bits;
-      std::memcpy(&bits, v + i, sizeof(bits));
-      *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
-    });
-  }
-  domains.owner().IdsOfKeysInPlace(ws_.words, 32);
+  const uint64_t start = static_cast<uint64_t>(domains.start(server));
+  const float* v = m.row(0);
+  m.ForEach([&](size_t i, int64_t p) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
+  });
+  const std::span<uint64_t> added(ws_.result_words.data() + first, static_cast<size_t>(m.count));
+  domains.owner().IdsOfKeysInPlace(added, 32);
+  return added;
 }
 
 SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
-  const std::optional<HashDomains> exchanged = SparseExchange(comm, local);
-  if (!exchanged) return local;
-  const HashDomains& domains = *exchanged;
-  // The servers' partitions are disjoint: order the union by id (radix
-  // sort of (id, payload) pairs), then write ids and values once. For
-  // element-sparse tensors (width 1) the payload is the value's bits, so
-  // the sort carries the values and nothing is gathered afterwards; for
-  // wider rows it is the row's index and each row is copied once.
-  auto t0 = Clock::now();
+  // The servers' partitions are disjoint: each pulled message's rows are
+  // collected as it arrives (for element-sparse tensors, width 1, one word
+  // per row: the id above the value's bits; for wider rows the row's id and
+  // where it lies), then the union is ordered by id (radix sort) and ids and
+  // values are written once.
   const size_t w = static_cast<size_t>(local.width());
-  size_t total = 0;
-  for (const RowsMessage& m : ws_.pulled) total += static_cast<size_t>(m.count);
+  const bool element = w == 1 && local.rows() <= (int64_t{1} << 32);
+  ws_.result_words.clear();
+  ws_.order.clear();
+  ws_.rows.clear();
+  const std::optional<HashDomains> exchanged =
+      SparseExchange(comm, local, {}, [&](const HashDomains& domains, int j) {
+    if (element) {
+      AppendElementWords(domains, j);
+      return;
+    }
+    ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
+      ws_.order.push_back({id, static_cast<int64_t>(ws_.rows.size())});
+      ws_.rows.push_back(row);
+    });
+  });
+  if (!exchanged) return local;
+  auto t0 = Clock::now();
   std::vector<int64_t> ids;
   std::vector<float> values;
-  const RowOwner& owner = domains.owner();
-  if (w == 1 && local.rows() <= (int64_t{1} << 32)) {
-    // Element-sparse: one 8-byte word per row, the id above the value's
-    // bits; sorting the words orders the values too.
-    PulledElementWords(domains);
+  if (element) {
+    // Sorting the words orders the values too: nothing is gathered after.
+    const size_t total = ws_.result_words.size();
     const int id_bits = std::max(1, static_cast<int>(std::bit_width(
                                         static_cast<uint64_t>(local.rows() - 1))));
-    SortWordsByBits(ws_.words, ws_.word_scratch, 32, id_bits);
+    SortWordsByBits(ws_.result_words, ws_.word_scratch, 32, id_bits);
     ids.reserve(total);  // filled below without a zeroing pass
     values.reserve(total);
-    for (const uint64_t x : ws_.words) {
+    for (const uint64_t x : ws_.result_words) {
       ids.push_back(static_cast<int64_t>(x >> 32));
       const uint32_t bits = static_cast<uint32_t>(x);
       float v;
@@ -456,19 +470,10 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
       values.push_back(v);
     }
   } else {
+    // The row's index is the payload: each row is copied once, in id order.
+    const size_t total = ws_.order.size();
     ids.resize(total);
     values.resize(total * w);
-    ws_.order.resize(total);
-    ws_.rows.clear();
-    KeyItem* out = ws_.order.data();
-    for (int j = 0; j < domains.servers(); ++j) {
-      const RowsMessage& m = ws_.pulled[static_cast<size_t>(j)];
-      const int64_t start = domains.start(j);
-      m.ForEach([&](size_t i, int64_t p) {
-        *out++ = {owner.IdOfKey(start + p), static_cast<int64_t>(ws_.rows.size())};
-        ws_.rows.push_back(m.row(i));
-      });
-    }
     SortByKey(ws_.order, ws_.sort_scratch, local.rows());
     for (size_t i = 0; i < total; ++i) {
       ids[i] = ws_.order[i].key;
@@ -485,28 +490,27 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
 void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
                            float divisor) {
   // The output is zeroed while the partition is done and before the
-  // exchange, where it overlaps the wait for the slowest peer.
-  const std::optional<HashDomains> exchanged = SparseExchange(comm, local, out);
-  if (!exchanged) {
-    WriteInto(local, out, divisor);
-    return;
-  }
-  const HashDomains& domains = *exchanged;
-  auto t0 = Clock::now();
+  // exchange, where it overlaps the wait for the slowest peer; each pulled
+  // message is written into it as soon as it arrives (the servers'
+  // partitions are disjoint, so the order does not matter).
   const bool scaled = divisor != 1.0f;
-  if (local.width() == 1 && local.rows() <= (int64_t{1} << 32)) {
-    PulledElementWords(domains);
-    float* dst = out.data();
-    for (const uint64_t x : ws_.words) {
-      const uint32_t bits = static_cast<uint32_t>(x);
-      float v;
-      std::memcpy(&v, &bits, sizeof(v));
-      dst[x >> 32] = scaled ? v / divisor : v;
+  const bool element = local.width() == 1 && local.rows() <= (int64_t{1} << 32);
+  const size_t w = static_cast<size_t>(local.width());
+  const std::optional<HashDomains> exchanged =
+      SparseExchange(comm, local, out, [&](const HashDomains& domains, int j) {
+    if (element) {
+      ws_.result_words.clear();
+      float* dst = out.data();
+      for (const uint64_t x : AppendElementWords(domains, j)) {
+        const uint32_t bits = static_cast<uint32_t>(x);
+        float v;
+        std::memcpy(&v, &bits, sizeof(v));
+        dst[x >> 32] = scaled ? v / divisor : v;
+      }
+      stats_.result_rows += ws_.pulled[static_cast<size_t>(j)].count;
+      return;
     }
-    stats_.result_rows = static_cast<int64_t>(ws_.words.size());
-  } else {
-    const size_t w = static_cast<size_t>(local.width());
-    ForEachResultRow(domains, [&](int64_t id, const float* row) {
+    ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
       float* dst = out.data() + static_cast<size_t>(id) * w;
       if (scaled) {
         for (size_t k = 0; k < w; ++k) dst[k] = row[k] / divisor;
@@ -515,8 +519,8 @@ void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::s
       }
       ++stats_.result_rows;
     });
-  }
-  stats_.decode_seconds += Since(t0);
+  });
+  if (!exchanged) WriteInto(local, out, divisor);
 }
 
 void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
@@ -544,15 +548,17 @@ void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t
   stats_.partition_seconds = Since(t0);
   stats_.local_rows = ws_.mine.total();
 
-  Exchange(comm, domains, width, where);
   // Every locally non-zero row is in the union, so writing the union's rows
-  // overwrites all of them; rows outside the union are zero already.
-  t0 = Clock::now();
-  ForEachResultRow(domains, [&](int64_t id, const float* row) {
-    CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row, width);
-    ++stats_.result_rows;
+  // overwrites all of them; rows outside the union are zero already. Each
+  // pulled message is written as it arrives: the pushes were encoded and
+  // this server's part aggregated before the pull round, so nothing reads
+  // the buffer's old rows any more.
+  Exchange(comm, domains, width, where, [&](const HashDomains&, int j) {
+    ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
+      CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row, width);
+      ++stats_.result_rows;
+    });
   });
-  stats_.decode_seconds += Since(t0);
 }
 
 const ZenStats* ZenLastStats(const Scheme& s) {

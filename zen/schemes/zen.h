@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "zen/comm/collectives.h"
+#include "zen/core/function_ref.h"
 #include "zen/core/hash_bitmap.h"
 #include "zen/core/partition.h"
 #include "zen/core/radix_sort.h"
@@ -134,16 +135,23 @@ class ZenScheme final : public Scheme {
     MergeScratch merge;
     std::vector<RowsMessage> pulled;  // views into pull_recv
     std::vector<KeyItem> order, sort_scratch;
-    std::vector<uint64_t> words, word_scratch;  // element-sparse output order
+    std::vector<uint64_t> words;         // element-sparse aggregation (this server's)
+    std::vector<uint64_t> result_words;  // element-sparse result, pulled messages' words
+    std::vector<uint64_t> word_scratch;  // either's radix sort
     std::vector<const float*> rows;
     RequestList push_requests;  // each collective's requests, from post to finish
     RequestList pull_requests;
   };
+  // Called by Exchange for each server's pull message, once it is parsed.
+  using OnPulled = FunctionRef<void(const HashDomains& domains, int server)>;
   HashDomains Prepare(Communicator& comm, int64_t rows, const Where& where);
   uint64_t AgreedSeed(Communicator& comm);
   // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
-  // (served_*) and views of the other servers' pull messages (pulled[j]).
-  void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where);
+  // (served_*) and views of every server's pull message (pulled[j]);
+  // on_pulled(domains, j) runs as soon as pulled[j] is set (the peers' in the
+  // order they arrive, while later ones travel; this server's last).
+  void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
+                OnPulled on_pulled);
   // A peer's push or pull message, validated and viewed in place: an empty
   // one (the peer failed) raises, half-width values are widened, then parsed.
   RowsMessage ReadPeerMessage(ByteBuffer& message, const char* round, int peer,
@@ -167,16 +175,18 @@ class ZenScheme final : public Scheme {
   }
   int64_t AggregateInSumOrder(const HashDomains& domains, int server, int64_t width);
   // The sparse entries' common start: stats reset, and for n > 1 this
-  // rank's partition, then `zero` filled with zeros, then the exchange;
-  // returns the domains. nullopt for n = 1 (nothing to exchange).
+  // rank's partition, then `zero` filled with zeros, then the exchange
+  // (on_pulled as for Exchange); returns the domains. nullopt for n = 1
+  // (nothing to exchange).
   std::optional<HashDomains> SparseExchange(Communicator& comm, const SparseTensor& local,
-                                            std::span<float> zero = {});
-  // Width 1, rows <= 2^32: the pulled union as ws_.words, one word per
-  // element, its id above its value's bits, in no particular order.
-  void PulledElementWords(const HashDomains& domains);
-  // fn(id, row) for every row of the global sum (disjoint across servers).
+                                            std::span<float> zero, OnPulled on_pulled);
+  // Width 1, rows <= 2^32: appends server's pulled message to
+  // ws_.result_words, one word per element, its id above its value's bits;
+  // returns the words added.
+  std::span<uint64_t> AppendElementWords(const HashDomains& domains, int server);
+  // fn(id, row) for every row of server's pulled message.
   template <typename Fn>
-  void ForEachResultRow(const HashDomains& domains, Fn&& fn) const;
+  void ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn) const;
 
   SchemeOptions options_;
   ZenConfig config_;
