@@ -1,9 +1,12 @@
 """bench/batch_coalescing.py: what zen.Context's coalescing of a batch's
-sparse tensors buys (zen/engine/context.h), measured with real processes.
+sparse (or dense) tensors buys (zen/engine/context.h), measured with real
+processes.
 
 N processes on this host (Gloo over loopback) each build T sparse tables
-[rows x width] with `nnz` distinct Zipf rows per rank, then time, per round,
-the median of `iters` steps of two ways to synchronize them:
+[rows x width] with `nnz` distinct Zipf rows per rank (--kind dense: T dense
+buffers [rows x width] of random values, refilled before every step since
+they are summed in place), then time, per round, the median of `iters`
+steps of two ways to synchronize them:
 
   batched   one zen.Context batch of the T tables (coalesced into one
             exchange where each table has at most 2^22 elements)
@@ -14,6 +17,7 @@ in milliseconds.
 
     .venv/bin/python bench/batch_coalescing.py --tables 16 --rows 32000 --width 16 --nnz 40
     .venv/bin/python bench/batch_coalescing.py --tables 2 --rows 250000 --width 64 --nnz 20000
+    .venv/bin/python bench/batch_coalescing.py --kind dense --tables 16 --rows 512 --width 1
 
 Needs the zen module on PYTHONPATH (build/python) and numpy.
 """
@@ -27,8 +31,10 @@ import time
 import numpy as np
 
 
-def _tables(rank, tables, rows, width, nnz):
+def _tables(rank, tables, rows, width, nnz, kind):
     rng = np.random.default_rng(1000 + rank)
+    if kind == "dense":
+        return [rng.standard_normal((rows, width)).astype(np.float32) for _ in range(tables)]
     out = []
     for _ in range(tables):
         ids = np.unique((rng.zipf(1.1, size=nnz * 2) - 1) % rows)[:nnz].astype(np.int64)
@@ -41,9 +47,12 @@ def _worker(rank, args, url, results):
 
     comm = zen.connect_url(url, rank, args.world)
     ctx = zen.Context(comm, scheme=args.scheme)
-    tables = _tables(rank, args.tables, args.rows, args.width, args.nnz)
+    tables = _tables(rank, args.tables, args.rows, args.width, args.nnz, args.kind)
+    buffers = [np.empty_like(t) for t in tables] if args.kind == "dense" else None
 
     def item(t):
+        if args.kind == "dense":
+            return ("dense", f"table{t}", buffers[t].reshape(-1), args.rows, args.width)
         ids, values = tables[t]
         return ("sparse", f"table{t}", args.rows, args.width, ids, values)
 
@@ -52,6 +61,9 @@ def _worker(rank, args, url, results):
         for way in ("batched", "separate"):
             times = []
             for step in range(args.warmup + args.iters):
+                if buffers is not None:  # summed in place: the same values every step
+                    for b, t in zip(buffers, tables):
+                        np.copyto(b, t)
                 t0 = time.perf_counter()
                 if way == "batched":
                     ctx.start("step", [item(t) for t in range(args.tables)]).wait()
@@ -74,6 +86,7 @@ def main():
     p.add_argument("--rows", type=int, default=32000)
     p.add_argument("--width", type=int, default=16)
     p.add_argument("--nnz", type=int, default=40, help="rows per rank and table")
+    p.add_argument("--kind", choices=("sparse", "dense"), default="sparse")
     p.add_argument("--scheme", default="zen")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -88,8 +101,9 @@ def main():
         medians = results.get()
         for proc in procs:
             proc.join()
+    what = "dense" if args.kind == "dense" else f"{args.nnz} rows per rank each"
     print(f"{args.world} processes, {args.tables} tables of {args.rows} x {args.width}, "
-          f"{args.nnz} rows per rank each, scheme {args.scheme}, load {os.getloadavg()[0]:.2f}")
+          f"{what}, scheme {args.scheme}, load {os.getloadavg()[0]:.2f}")
     for way, ms in medians.items():
         print(f"  {way:9s} per-round medians: " + ", ".join(f"{m:.2f}" for m in ms) + " ms")
 

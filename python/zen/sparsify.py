@@ -20,11 +20,11 @@ selections of every sparsified parameter and every value of the parameters
 that stay dense (0-/1-D ones such as biases and norms, those below
 ``min_numel`` elements, and those named in ``dense_params``).
 ``fuse=False``: one element-sparse item per sparsified
-parameter (rows = numel) and one dense item per dense parameter; each dense
-item's data moves with its own scheme rounds, and so does each sparse one
-of more than 2^22 values (zen.Context coalesces smaller sparse items of one
-scheme and width into one exchange), so fusing saves rounds, not bytes
-(a dense parameter's values cost 12 bytes each instead of 4). zen writes
+parameter (rows = numel) and one dense item per dense parameter;
+zen.Context coalesces sparse items of at most 2^22 values and dense items of
+at most 2^15 values (one scheme, one width) into one exchange each, and
+larger items move with their own scheme rounds, so fusing saves rounds, not
+bytes (a dense parameter's values cost 12 bytes each instead of 4). zen writes
 the global sum, divided by the world size, straight into the bucket (the
 item's "out"/"divisor": Scheme::SyncInto); the future is completed from
 zen's progress thread (backward goes on meanwhile).

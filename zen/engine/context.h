@@ -18,10 +18,14 @@
 // laid end to end (ids offset by the rows before them) and move in one
 // exchange, e.g. one push and one pull for zen, whatever their number; each
 // sum is bit for bit what a call of its own gives (the same additions in the
-// same order). Only tensors of at most 2^22 elements (rows x width) are
-// coalesced, up to 2^24 per exchange: for larger ones the copy and the
-// larger messages cost more than the rounds saved (context.cc has the
-// measurements). Dense tensors and other schemes move one tensor at a time.
+// same order). Dense tensors without a sum order are coalesced the same way
+// among themselves (their buffers laid end to end, summed by one SyncDense,
+// each slice copied back): a top-k hook's biases and norms. Only sparse
+// tensors of at most 2^22 elements (rows x width) are coalesced, up to 2^24
+// per exchange, and dense ones of at most 2^15, up to 2^17: for larger ones
+// the copy and the larger messages cost more than the rounds saved
+// (context.cc has the measurements). Other schemes, and dense tensors with
+// a sum order, move one tensor at a time.
 // A disagreement is raised on every rank, naming
 // the first tensor that differs. As with Scheme::Sync, a batch that is out
 // of step with the peers' (one rank started a batch the others did not)
@@ -207,6 +211,10 @@ class Context {
   // exchange of their rows laid end to end, then hands each its part.
   void SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& tensors,
                      std::span<const size_t> group);
+  // The same for dense tensors: their buffers laid end to end in one
+  // buffer, summed by one SyncDense, each slice copied back.
+  void SyncCoalescedDense(const std::string& batch, std::vector<BatchTensor>& tensors,
+                          std::span<const size_t> group);
 
   std::unique_ptr<Communicator> owned_;
   Communicator* comm_;
@@ -215,6 +223,7 @@ class Context {
   std::vector<int64_t> coalesced_ids_;
   std::vector<float> coalesced_values_;
   std::vector<int64_t> coalesced_offsets_;
+  std::vector<float> coalesced_dense_;  // SyncCoalescedDense's buffer
   ContextOptions options_;
   std::mutex schemes_mu_;
   std::map<std::string, std::unique_ptr<Scheme>> schemes_;

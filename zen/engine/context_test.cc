@@ -274,10 +274,72 @@ TEST_P(ContextTest, SparseTensorsOfOneWidthMoveInOneExchange) {
       kTimeout);
 }
 
+// Dense tensors of one scheme and width also move in one exchange: each sum
+// is bit for bit its own SyncDense's, and the reference's; a tensor of
+// another width moves alone.
+TEST_P(ContextTest, DenseTensorsOfOneWidthMoveInOneExchange) {
+  const std::vector<std::string> names = {"norm.a", "bias.b", "zero.c", "w.d"};
+  std::vector<std::vector<SparseTensor>> in;
+  in.push_back(Inputs(64, 1, 1.0, 31, names[0]));
+  in.push_back(Inputs(37, 1, 1.0, 32, names[1]));
+  in.push_back(std::vector<SparseTensor>(kWorld, SparseTensor::Empty(20, 1, names[2])));
+  in.push_back(Inputs(16, 24, 0.5, 33, names[3]));  // another width: its own exchange
+  const bool coalesces = GetParam() == "zen" || GetParam() == "agsparse" ||
+                         GetParam() == "omnireduce" || GetParam() == "auto";
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        Context ctx(comm, Opt(GetParam()));
+        std::vector<std::vector<float>> dense(names.size());
+        auto run = [&](size_t tensors) {
+          std::vector<BatchTensor> batch;
+          for (size_t t = 0; t < tensors; ++t) {
+            dense[t] = in[t][r].ToDense();
+            batch.push_back(
+                BatchTensor::Dense(names[t], dense[t], in[t][r].rows(), in[t][r].width()));
+          }
+          const uint64_t before = comm.counters().messages_sent();
+          ctx.Sync("dense" + std::to_string(tensors), batch);
+          return comm.counters().messages_sent() - before;
+        };
+        run(4);  // warm (zen agrees on its seed on first use; auto profiles)
+        run(1);
+        const uint64_t all = run(4);
+        const uint64_t one = run(1);
+        run(4);
+        auto own = AllSchemes().Create(GetParam());
+        for (size_t t = 0; t < names.size(); ++t) {
+          std::vector<float> alone = in[t][r].ToDense();
+          own->SyncDense(comm, alone, in[t][r].rows(), in[t][r].width(), names[t]);
+          const Agreement a = DenseReference(in[t]).CompareDense(dense[t]);
+          std::lock_guard lock(mu_);
+          EXPECT_LE(a.max_rel_error, 1e-5) << names[t] << " rank " << r;
+          EXPECT_EQ(a.rows_mismatch, 0) << names[t] << " rank " << r;
+          if (GetParam() == "auto") continue;  // may choose another scheme for the whole
+          ASSERT_EQ(dense[t].size(), alone.size());
+          for (size_t i = 0; i < alone.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(dense[t][i]), std::bit_cast<uint32_t>(alone[i]))
+                << names[t] << " element " << i << " rank " << r;
+          }
+        }
+        std::lock_guard lock(mu_);
+        if (GetParam() == "auto") return;  // its profiling rounds depend on its schedule
+        if (coalesces) {
+          // Tensors 0, 1 and 2 in one exchange, tensor 3 in another.
+          EXPECT_EQ(all, 2 * one - (kWorld - 1)) << "rank " << r;  // one metadata round
+        } else {
+          EXPECT_GT(all, 2 * one) << "rank " << r;
+        }
+      },
+      kTimeout);
+}
+
 // Coalescing stops at the dense-shape bounds (context.h): two tensors of
 // 2^22 + 1 elements move alone; five of 2^22 form one group of four (2^24
 // elements) and the fifth moves alone. Either batch sends the messages of
 // two exchanges, i.e. twice a one-tensor batch's less one metadata round.
+// Dense tensors likewise at 2^15 and 2^17.
 TEST_P(ContextTest, LargeTensorsAreNotCoalesced) {
   if (GetParam() != "zen" && GetParam() != "agsparse") {
     GTEST_SKIP() << "the bounds are the engine's; two coalescing schemes suffice";
@@ -285,6 +347,9 @@ TEST_P(ContextTest, LargeTensorsAreNotCoalesced) {
   constexpr int64_t kBig = int64_t{1} << 22;
   const std::vector<SparseTensor> over = Inputs(kBig + 1, 1, 2e-5, 20, "over");
   const std::vector<SparseTensor> at = Inputs(kBig, 1, 2e-5, 21, "at");
+  constexpr int64_t kDenseBig = int64_t{1} << 15;
+  const std::vector<SparseTensor> dense_over = Inputs(kDenseBig + 1, 1, 0.5, 22, "dense_over");
+  const std::vector<SparseTensor> dense_at = Inputs(kDenseBig, 1, 0.5, 23, "dense_at");
   testing::RunRanks(
       Backend::kGlooTcp, kWorld,
       [&](Communicator& comm) {
@@ -309,13 +374,39 @@ TEST_P(ContextTest, LargeTensorsAreNotCoalesced) {
           }
           return sent;
         };
+        // The same with dense tensors and their bounds (2^15 and 2^17).
+        auto run_dense = [&](const std::string& name, const std::vector<SparseTensor>& inputs,
+                             size_t count) {
+          std::vector<std::vector<float>> dense(count);
+          std::vector<BatchTensor> batch;
+          for (size_t t = 0; t < count; ++t) {
+            dense[t] = inputs[r].ToDense();
+            batch.push_back(
+                BatchTensor::Dense(name + std::to_string(t), dense[t], inputs[r].rows(), 1));
+          }
+          const uint64_t before = comm.counters().messages_sent();
+          ctx.Sync(name, batch);
+          const uint64_t sent = comm.counters().messages_sent() - before;
+          const DenseReference reference(inputs);
+          std::lock_guard lock(mu_);
+          for (size_t t = 0; t < count; ++t) {
+            EXPECT_EQ(reference.CompareDense(dense[t]).rows_mismatch, 0) << name << t << " rank "
+                                                                         << r;
+          }
+          return sent;
+        };
         run("warm", at, 1);  // zen agrees on its seed on first use
         const uint64_t one = run("one", at, 1);
         const uint64_t two_over = run("over", over, 2);
         const uint64_t five_at = run("at", at, 5);
+        const uint64_t dense_one = run_dense("dense_one", dense_at, 1);
+        const uint64_t dense_two_over = run_dense("dense_over", dense_over, 2);
+        const uint64_t dense_five_at = run_dense("dense_at", dense_at, 5);
         std::lock_guard lock(mu_);
         EXPECT_EQ(two_over, 2 * one - (kWorld - 1)) << "rank " << r;
         EXPECT_EQ(five_at, 2 * one - (kWorld - 1)) << "rank " << r;
+        EXPECT_EQ(dense_two_over, 2 * dense_one - (kWorld - 1)) << "rank " << r;
+        EXPECT_EQ(dense_five_at, 2 * dense_one - (kWorld - 1)) << "rank " << r;
       },
       kTimeout);
 }
