@@ -157,11 +157,6 @@ Tag PostFromEveryPeer(Communicator& comm, std::vector<ByteBuffer>& out, int64_t 
   return tag;
 }
 
-void WaitAndClear(RequestList& requests) {
-  WaitAll(requests);
-  requests.clear();
-}
-
 // requests: the n-1 receives PostFromEveryPeer posted (step order), then the
 // sends. Waits for each receive and hands it on, then for the sends. A
 // failed wait propagates at once, as WaitAll's does (the requests stay in
@@ -201,15 +196,7 @@ Tag PostAllToAllV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_
 
 void FinishAllToAllV(Communicator& comm, Tag tag, std::span<const ByteBuffer> per_peer,
                      RequestList& requests) {
-  const int n = comm.size();
-  const int r = comm.rank();
-  if (n == 1) return;
-  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
-  for (int s = 1; s < n; ++s) {
-    const int to = AllToAllSendPeer(r, n, s);
-    requests.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
-  }
-  WaitAndClear(requests);
+  FinishAllToAllVEach(comm, tag, per_peer, requests, [](int) {});
 }
 
 Tag PostAllGatherV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max_recv_bytes,
@@ -220,11 +207,7 @@ Tag PostAllGatherV(Communicator& comm, std::vector<ByteBuffer>& out, int64_t max
 
 void FinishAllGatherV(Communicator& comm, Tag tag, std::span<const std::byte> mine,
                       RequestList& requests) {
-  const int n = comm.size();
-  const int r = comm.rank();
-  if (n == 1) return;
-  for (int s = 1; s < n; ++s) requests.push_back(comm.Send(AllToAllSendPeer(r, n, s), tag, mine));
-  WaitAndClear(requests);
+  FinishAllGatherVEach(comm, tag, mine, requests, [](int) {});
 }
 
 void FinishAllToAllVEach(Communicator& comm, Tag tag, std::span<const ByteBuffer> per_peer,

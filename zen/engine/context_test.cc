@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <mutex>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zen/core/error.h"
@@ -41,6 +43,49 @@ std::vector<SparseTensor> Inputs(int64_t rows, int64_t width, double density, ui
   std::vector<SparseTensor> in = GenerateSynthetic(spec, kWorld);
   for (auto& t : in) t.set_name(name);
   return in;
+}
+
+// Whether the engine coalesces a batch's tensors of this scheme (schemes
+// that add in rank order, and auto).
+bool Coalesces(const std::string& scheme) {
+  return scheme == "zen" || scheme == "agsparse" || scheme == "omnireduce" || scheme == "auto";
+}
+
+// Messages sent by a batch whose tensors form two exchanges (`all`) against a
+// batch of one tensor (`one`): two exchanges and one metadata round where
+// the scheme coalesces, more otherwise. auto's profiling rounds depend on
+// its schedule: not checked.
+void ExpectTwoExchanges(uint64_t all, uint64_t one, const std::string& scheme, size_t rank) {
+  if (scheme == "auto") return;
+  if (Coalesces(scheme)) {
+    EXPECT_EQ(all, 2 * one - (kWorld - 1)) << "rank " << rank;
+  } else {
+    EXPECT_GT(all, 2 * one) << "rank " << rank;
+  }
+}
+
+// Messages sent by a batch of `tensors` tensors and by one of a single
+// tensor, each measured after a warm-up batch of its own size (zen agrees on
+// its seed on first use; auto profiles); run(k) synchronizes a batch of the
+// first k tensors and returns the messages it sent. Ends with a batch of
+// all of them, whose sums the caller checks.
+template <typename Run>
+std::pair<uint64_t, uint64_t> AllAndOne(Run&& run, size_t tensors) {
+  run(tensors);
+  run(1);
+  const uint64_t all = run(tensors);
+  const uint64_t one = run(1);
+  run(tensors);
+  return {all, one};
+}
+
+void ExpectSameBits(std::span<const float> got, std::span<const float> want,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << what << " element " << i;
+  }
 }
 
 // A DDP-like bucket: an embedding-shaped dense gradient, a bias, a fully
@@ -217,8 +262,6 @@ TEST_P(ContextTest, SparseTensorsOfOneWidthMoveInOneExchange) {
   in.push_back(Inputs(500, 2, 0.05, 13, names[3]));  // another width: its own group of one
   in.push_back(Inputs(400, 4, 0.1, 14, names[4]));
   constexpr float kDivisor = 3.0f;
-  const bool coalesces = GetParam() == "zen" || GetParam() == "agsparse" ||
-                         GetParam() == "omnireduce" || GetParam() == "auto";
   testing::RunRanks(
       Backend::kGlooTcp, kWorld,
       [&](Communicator& comm) {
@@ -236,11 +279,7 @@ TEST_P(ContextTest, SparseTensorsOfOneWidthMoveInOneExchange) {
           ctx.Sync("sparse" + std::to_string(tensors), batch);
           return comm.counters().messages_sent() - before;
         };
-        run(5);  // warm (zen agrees on its seed on first use; auto profiles)
-        run(1);
-        const uint64_t all = run(5);
-        const uint64_t one = run(1);
-        run(5);
+        const auto [all, one] = AllAndOne(run, 5);
         // Each tensor on its own, through a scheme's own Sync.
         auto own = AllSchemes().Create(GetParam());
         for (size_t t = 0; t < 5; ++t) {
@@ -256,20 +295,12 @@ TEST_P(ContextTest, SparseTensorsOfOneWidthMoveInOneExchange) {
           } else {
             std::vector<float> expected(into.size());
             WriteInto(alone, expected, kDivisor);
-            for (size_t i = 0; i < into.size(); ++i) {
-              ASSERT_EQ(std::bit_cast<uint32_t>(into[i]), std::bit_cast<uint32_t>(expected[i]))
-                  << "element " << i << " rank " << r;
-            }
+            ExpectSameBits(into, expected, names[t] + " rank " + std::to_string(r));
           }
         }
         std::lock_guard lock(mu_);
-        if (GetParam() == "auto") return;  // its profiling rounds depend on its schedule
-        if (coalesces) {
-          // Tensors 0, 1, 2 and 4 in one exchange, tensor 3 in another.
-          EXPECT_EQ(all, 2 * one - (kWorld - 1)) << "rank " << r;  // one metadata round
-        } else {
-          EXPECT_GT(all, 2 * one) << "rank " << r;
-        }
+        // Tensors 0, 1, 2 and 4 in one exchange, tensor 3 in another.
+        ExpectTwoExchanges(all, one, GetParam(), r);
       },
       kTimeout);
 }
@@ -284,8 +315,6 @@ TEST_P(ContextTest, DenseTensorsOfOneWidthMoveInOneExchange) {
   in.push_back(Inputs(37, 1, 1.0, 32, names[1]));
   in.push_back(std::vector<SparseTensor>(kWorld, SparseTensor::Empty(20, 1, names[2])));
   in.push_back(Inputs(16, 24, 0.5, 33, names[3]));  // another width: its own exchange
-  const bool coalesces = GetParam() == "zen" || GetParam() == "agsparse" ||
-                         GetParam() == "omnireduce" || GetParam() == "auto";
   testing::RunRanks(
       Backend::kGlooTcp, kWorld,
       [&](Communicator& comm) {
@@ -303,11 +332,7 @@ TEST_P(ContextTest, DenseTensorsOfOneWidthMoveInOneExchange) {
           ctx.Sync("dense" + std::to_string(tensors), batch);
           return comm.counters().messages_sent() - before;
         };
-        run(4);  // warm (zen agrees on its seed on first use; auto profiles)
-        run(1);
-        const uint64_t all = run(4);
-        const uint64_t one = run(1);
-        run(4);
+        const auto [all, one] = AllAndOne(run, names.size());
         auto own = AllSchemes().Create(GetParam());
         for (size_t t = 0; t < names.size(); ++t) {
           std::vector<float> alone = in[t][r].ToDense();
@@ -317,20 +342,11 @@ TEST_P(ContextTest, DenseTensorsOfOneWidthMoveInOneExchange) {
           EXPECT_LE(a.max_rel_error, 1e-5) << names[t] << " rank " << r;
           EXPECT_EQ(a.rows_mismatch, 0) << names[t] << " rank " << r;
           if (GetParam() == "auto") continue;  // may choose another scheme for the whole
-          ASSERT_EQ(dense[t].size(), alone.size());
-          for (size_t i = 0; i < alone.size(); ++i) {
-            ASSERT_EQ(std::bit_cast<uint32_t>(dense[t][i]), std::bit_cast<uint32_t>(alone[i]))
-                << names[t] << " element " << i << " rank " << r;
-          }
+          ExpectSameBits(dense[t], alone, names[t] + " rank " + std::to_string(r));
         }
         std::lock_guard lock(mu_);
-        if (GetParam() == "auto") return;  // its profiling rounds depend on its schedule
-        if (coalesces) {
-          // Tensors 0, 1 and 2 in one exchange, tensor 3 in another.
-          EXPECT_EQ(all, 2 * one - (kWorld - 1)) << "rank " << r;  // one metadata round
-        } else {
-          EXPECT_GT(all, 2 * one) << "rank " << r;
-        }
+        // Tensors 0, 1 and 2 in one exchange, tensor 3 in another.
+        ExpectTwoExchanges(all, one, GetParam(), r);
       },
       kTimeout);
 }
@@ -355,14 +371,22 @@ TEST_P(ContextTest, LargeTensorsAreNotCoalesced) {
       [&](Communicator& comm) {
         const size_t r = static_cast<size_t>(comm.rank());
         Context ctx(comm, Opt(GetParam()));
-        // A batch of `count` tensors, each this rank's part of `inputs`;
-        // checks every sum against the reference; returns messages sent.
+        // A batch of `count` tensors, each this rank's part of `inputs`
+        // (sparse, or as a dense buffer); checks every sum against the
+        // reference; returns messages sent.
         auto run = [&](const std::string& name, const std::vector<SparseTensor>& inputs,
-                       size_t count) {
+                       size_t count, bool dense = false) {
           std::vector<SparseTensor> sums(count);
+          std::vector<std::vector<float>> buffers(count);
           std::vector<BatchTensor> batch;
           for (size_t t = 0; t < count; ++t) {
-            batch.push_back(BatchTensor::Sparse(name + std::to_string(t), inputs[r], &sums[t]));
+            const std::string tensor = name + std::to_string(t);
+            if (dense) {
+              buffers[t] = inputs[r].ToDense();
+              batch.push_back(BatchTensor::Dense(tensor, buffers[t], inputs[r].rows(), 1));
+            } else {
+              batch.push_back(BatchTensor::Sparse(tensor, inputs[r], &sums[t]));
+            }
           }
           const uint64_t before = comm.counters().messages_sent();
           ctx.Sync(name, batch);
@@ -370,28 +394,9 @@ TEST_P(ContextTest, LargeTensorsAreNotCoalesced) {
           const DenseReference reference(inputs);
           std::lock_guard lock(mu_);
           for (size_t t = 0; t < count; ++t) {
-            EXPECT_EQ(reference.Compare(sums[t]).rows_mismatch, 0) << name << t << " rank " << r;
-          }
-          return sent;
-        };
-        // The same with dense tensors and their bounds (2^15 and 2^17).
-        auto run_dense = [&](const std::string& name, const std::vector<SparseTensor>& inputs,
-                             size_t count) {
-          std::vector<std::vector<float>> dense(count);
-          std::vector<BatchTensor> batch;
-          for (size_t t = 0; t < count; ++t) {
-            dense[t] = inputs[r].ToDense();
-            batch.push_back(
-                BatchTensor::Dense(name + std::to_string(t), dense[t], inputs[r].rows(), 1));
-          }
-          const uint64_t before = comm.counters().messages_sent();
-          ctx.Sync(name, batch);
-          const uint64_t sent = comm.counters().messages_sent() - before;
-          const DenseReference reference(inputs);
-          std::lock_guard lock(mu_);
-          for (size_t t = 0; t < count; ++t) {
-            EXPECT_EQ(reference.CompareDense(dense[t]).rows_mismatch, 0) << name << t << " rank "
-                                                                         << r;
+            const Agreement a =
+                dense ? reference.CompareDense(buffers[t]) : reference.Compare(sums[t]);
+            EXPECT_EQ(a.rows_mismatch, 0) << name << t << " rank " << r;
           }
           return sent;
         };
@@ -399,9 +404,10 @@ TEST_P(ContextTest, LargeTensorsAreNotCoalesced) {
         const uint64_t one = run("one", at, 1);
         const uint64_t two_over = run("over", over, 2);
         const uint64_t five_at = run("at", at, 5);
-        const uint64_t dense_one = run_dense("dense_one", dense_at, 1);
-        const uint64_t dense_two_over = run_dense("dense_over", dense_over, 2);
-        const uint64_t dense_five_at = run_dense("dense_at", dense_at, 5);
+        // The same with dense tensors and their bounds (2^15 and 2^17).
+        const uint64_t dense_one = run("dense_one", dense_at, 1, /*dense=*/true);
+        const uint64_t dense_two_over = run("dense_over", dense_over, 2, /*dense=*/true);
+        const uint64_t dense_five_at = run("dense_at", dense_at, 5, /*dense=*/true);
         std::lock_guard lock(mu_);
         EXPECT_EQ(two_over, 2 * one - (kWorld - 1)) << "rank " << r;
         EXPECT_EQ(five_at, 2 * one - (kWorld - 1)) << "rank " << r;
