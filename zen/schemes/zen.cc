@@ -470,15 +470,16 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
       values.push_back(v);
     }
   } else {
-    // The row's index is the payload: each row is copied once, in id order.
+    // The row's index is the payload: each row is copied once, in id order,
+    // into storage reserved without a zeroing pass.
     const size_t total = ws_.order.size();
-    ids.resize(total);
-    values.resize(total * w);
+    ids.reserve(total);
+    values.reserve(total * w);  // <= rows x width: checked when the call was validated
     SortByKey(ws_.order, ws_.sort_scratch, local.rows());
-    for (size_t i = 0; i < total; ++i) {
-      ids[i] = ws_.order[i].key;
-      CopyRow(values.data() + i * w, ws_.rows[static_cast<size_t>(ws_.order[i].item)],
-              local.width());
+    for (const KeyItem& item : ws_.order) {
+      ids.push_back(item.key);
+      const float* row = ws_.rows[static_cast<size_t>(item.item)];
+      values.insert(values.end(), row, row + w);
     }
   }
   stats_.decode_seconds += Since(t0);
