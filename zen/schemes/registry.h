@@ -75,6 +75,7 @@ class SchemeRegistry {
   // list is moved out, so the loop never reads a destroyed registry.
   std::vector<SchemeInfo> schemes() && { return std::move(schemes_); }
   const SchemeInfo* Find(std::string_view id) const;
+  // The entry's factory, with the options' check_agreement applied.
   std::unique_ptr<Scheme> Create(std::string_view id, const SchemeOptions& options = {}) const;
   std::vector<std::string> ids() const;
   // The ids with a cost function, in registry order.

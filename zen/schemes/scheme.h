@@ -53,7 +53,11 @@ struct Support {
 // Options shared by all schemes; a scheme ignores what it does not use.
 struct SchemeOptions {
   uint64_t seed = 0x5eed2e7ULL;   // hash seed (ZEN); agreed across ranks by Sync
-  bool check_agreement = true;    // metadata exchange before data moves
+  // The metadata exchange before data moves (Scheme::set_check_agreement),
+  // applied by SchemeRegistry::Create. Turn it off only where the caller
+  // agrees on every call by other means (the engine's batch round does):
+  // without it, ranks out of step or with different shapes are not caught.
+  bool check_agreement = true;
   int64_t block_values = 256;     // block size (OmniReduce)
   int threads = 0;                // local worker threads; 0 = hardware concurrency
   // Values on the wire (ZEN only; other schemes send float32 and the
