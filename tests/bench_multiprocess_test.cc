@@ -86,6 +86,33 @@ TEST(BenchMultiProcess, AgSparseReceivesEveryOtherRanksCoo) {
   }
 }
 
+// --no-agreement: the schemes skip the metadata round, so each rank sends
+// exactly its 56-byte record to each peer fewer per call, and the sums stay
+// exact; the report says the round was off.
+TEST(BenchMultiProcess, NoAgreementSendsTheRecordsFewer) {
+  const std::string args =
+      "--world 3 --iters 2 --warmup 1 --schemes agsparse,zen "
+      "--synthetic zipf:rows=50000,width=8,density=0.01,skew=0.5";
+  const BenchRun on = Bench(args);
+  const BenchRun off = Bench(args + " --no-agreement");
+  ASSERT_EQ(on.status, 0);
+  ASSERT_EQ(off.status, 0);
+  EXPECT_EQ(on.report["check_agreement"], true);
+  EXPECT_EQ(off.report["check_agreement"], false);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto& a = on.report["results"][k];
+    const auto& b = off.report["results"][k];
+    SCOPED_TRACE(a["scheme"].get<std::string>());
+    EXPECT_LE(b["max_rel_error"].get<double>(), 1e-5);
+    EXPECT_EQ(b["rows_mismatch"].get<int64_t>(), 0);
+    for (size_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(a["bytes_sent_per_rank"][r].get<double>() - b["bytes_sent_per_rank"][r].get<double>(),
+                56.0 * 2)
+          << "rank " << r;
+    }
+  }
+}
+
 // --output dense: every scheme writes the sum into a dense buffer
 // (Scheme::SyncInto) and the check reads that buffer; element-sparse rows so
 // that zen's unsorted write path runs; a wrong form is a usage error.

@@ -43,6 +43,8 @@ struct BenchConfig {
   // written into a dense buffer of rows x width (Scheme::SyncInto, the
   // top-k hook's contract), allocated once per scheme.
   bool output_dense = false;
+  // Off (--no-agreement): each scheme skips its metadata round per call.
+  bool check_agreement = true;
 };
 
 // Runs every scheme on this rank and returns the gathered report (JSON as

@@ -41,7 +41,7 @@ constexpr int kExitInexact = 3;
 
 constexpr const char* kHelp = R"(usage: zen bench [--world N] [--trace FILE [--tensor NAME] | --synthetic SPEC]
                  [--schemes LIST|all] [--iters K] [--warmup W] [--output sparse|dense]
-                 [--json OUT] [--quiet]
+                 [--json OUT] [--quiet] [--no-agreement]
                  [--sweep rows|density [--sweep-range FROM:TO:F]]
                  [--transport gloo|mpi] [--testbed NxRATE] [--peers LIST|all]
                  [--rank R --rendezvous URL [--hostname ADDR]] [--timeout-s S]
@@ -64,6 +64,10 @@ failed, 2 on a wrong command line (docs/benchmark.md).
                      buffer, zeros elsewhere (Scheme::SyncInto, the top-k
                      hook's contract; the buffer is allocated once)
   --json OUT         also write the report as JSON (docs/benchmark.md)
+  --no-agreement     the schemes skip their metadata round before each call
+                     (SchemeOptions::check_agreement): the collective alone,
+                     what a tensor costs in a batch of the engine, whose one
+                     round agrees on the whole batch; not the peers
   --quiet            no progress display (also off when stderr is no terminal)
   --sweep KIND       a size sweep like nccl-tests: rows (4096 to 4194304, x4)
                      or density (1e-4 to 0.3, x4) of the --synthetic spec, with
@@ -90,7 +94,7 @@ const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", 
                                        "hostname", "timeout-s", "threads", "prefix",
                                        "testbed", "peers", "report-file", "wire-iface",
                                        "transport", "sweep", "sweep-range", "output"};
-const std::set<std::string> kSwitches = {"quiet", "progress"};
+const std::set<std::string> kSwitches = {"quiet", "progress", "no-agreement"};
 
 BenchConfig Config(const Flags& flags, const Environment& env) {
   BenchConfig c;
@@ -112,6 +116,7 @@ BenchConfig Config(const Flags& flags, const Environment& env) {
     throw UsageError("--output " + output + ": expected sparse or dense");
   }
   c.output_dense = output == "dense";
+  c.check_agreement = !flags.Has("no-agreement");
   return c;
 }
 

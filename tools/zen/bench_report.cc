@@ -51,6 +51,9 @@ void PrintReport(const nlohmann::json& report) {
     std::printf("output    dense: each scheme writes the sum into a buffer of rows x width "
                 "(SyncInto)\n");
   }
+  if (!report.value("check_agreement", true)) {
+    std::printf("agreement off: the schemes skip their metadata round per call (--no-agreement)\n");
+  }
   std::printf("\n");
   const bool wire = report.contains("link");
   std::printf("%-18s %11s %11s %11s %11s %11s %11s %8s", "scheme", "median ms", "min ms",

@@ -51,6 +51,7 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
                    const SparseReference& reference, const BenchConfig& config, int index) {
   SchemeOptions options;
   options.threads = config.threads;
+  options.check_agreement = config.check_agreement;
   auto scheme = CliSchemes(config.env).Create(id, options);
   if (std::getenv("XXX_NOAGREE")) scheme->set_check_agreement(false);
   const SparseTensor& local = workload.per_rank[static_cast<size_t>(comm.rank())];
@@ -289,7 +290,8 @@ json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& 
   }
   json report = {{"world_size", comm.size()}, {"tensor", TensorSummary(workload)},
                  {"iters", config.iters},     {"warmup", config.warmup},
-                 {"output", config.output_dense ? "dense" : "sparse"}};
+                 {"output", config.output_dense ? "dense" : "sparse"},
+                 {"check_agreement", config.check_agreement}};
   json results = json::array();
   for (size_t k = 0; k < config.schemes.size(); ++k) {
     std::vector<json> ranks;
