@@ -7,6 +7,10 @@
 //   BM_LocalPipeline   extract + partition, then encode every partition as
 //                      the push (COO) and the pull (hash bitmap) would, and
 //                      decode both back
+//   BM_Permutation     the row permutation's batched inverse (0) or forward
+//                      (1) over 41k element words (id above a value's bits),
+//                      for row counts near and far below a power of two
+//                      (where more results walk their cycle); ns per word
 // Arguments: partitioner (0 counting, 1 hierarchical), density in 1/10000,
 // shape (0: 4M x 1, 1: 128K x 32), threads. 8 servers. Steady state: two
 // warm-up calls precede the timed loop. On a shared machine, compare CPU
@@ -16,6 +20,7 @@
 //   build/bin/zen_local_bench --benchmark_filter=Extract --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -23,6 +28,7 @@
 #include "zen/core/hash_bitmap.h"
 #include "zen/core/hierarchical_hash.h"
 #include "zen/core/partition.h"
+#include "zen/core/row_permutation.h"
 
 namespace zen {
 namespace {
@@ -144,6 +150,36 @@ void Args(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond);
 }
 
+void BM_Permutation(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const bool forward = state.range(1) == 1;
+  constexpr size_t kWords = 41000;  // one rank's top-1% of 4.1M
+  const RowPermutation pi(42, rows);
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> words(kWords), work(kWords);
+  for (uint64_t& w : words) w = (rng() % static_cast<uint64_t>(rows)) << 32 | (rng() & 0xffffffffu);
+  for (auto _ : state) {
+    state.PauseTiming();
+    work = words;
+    state.ResumeTiming();
+    if (forward) {
+      pi.ForwardInPlace(work, 32);
+    } else {
+      pi.InverseInPlace(work, 32);
+    }
+    benchmark::DoNotOptimize(work.data());
+  }
+  state.counters["ns_per_word"] = benchmark::Counter(
+      static_cast<double>(kWords), benchmark::Counter::kIsIterationInvariantRate |
+                                       benchmark::Counter::kInvert);
+  state.counters["in_range"] =
+      static_cast<double>(rows) / std::ldexp(1.0, pi.bits());
+}
+
+BENCHMARK(BM_Permutation)
+    ->ArgsProduct({{714120, 1048577, 4100000, int64_t{1} << 22}, {0, 1}})
+    ->ArgNames({"rows", "fwd"})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Memcpy)->Arg(0)->Arg(1)->ArgName("shape")->UseRealTime()->Unit(
     benchmark::kMillisecond);
 BENCHMARK(BM_Extract)->Apply(Args);

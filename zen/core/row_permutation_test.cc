@@ -142,11 +142,16 @@ namespace {
 // a multiple of its group of 16 words.
 TEST(RowPermutation, BatchedForwardAndInverseEqualTheScalarOnesAndKeepTheLowBits) {
   std::mt19937_64 rng(7);
+  // Row counts just above a power of two (half the network's results walk
+  // their cycle), between (714,120: a third), and at one; counts across the
+  // batched path's blocks of 1024 words and its groups of sixteen.
   for (const int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}, int64_t{4096},
+                             int64_t{4097}, int64_t{714120}, (int64_t{1} << 20) + 1,
                              int64_t{4100000}, (int64_t{1} << 32) - 5, int64_t{1} << 32}) {
     const RowPermutation pi(rng(), rows);
     for (const size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15},
-                               size_t{16}, size_t{17}, size_t{1001}}) {
+                               size_t{16}, size_t{17}, size_t{1001}, size_t{1024}, size_t{1040},
+                               size_t{3077}}) {
       std::vector<uint64_t> words(count);
       for (uint64_t& w : words) {
         w = (rng() % static_cast<uint64_t>(rows)) << 32 | (rng() & 0xffffffffu);
