@@ -9,7 +9,8 @@
 //       ("sparse", "emb.weight", rows, width, ids, values, {"scheme": "zen"}),
 //       ("reject", "x", rows, width, "why this rank cannot take part")],
 //       on_done=lambda handle: ...)
-//   sums = h.wait()   # [(ids, values)] of the sparse items, in order
+//   sums = h.wait()   # [(ids, values)] of the sparse items, in order (the
+//                     # sums' own storage: the same arrays on every wait())
 //
 // A sparse item with {"out": array, "divisor": d} has its sum divided by d
 // written into `array` (float32, C-contiguous, rows x width values; zeros
@@ -63,33 +64,37 @@ struct PyBatch {
   // handle.wait() inside on_done needs no Handle.
   bool completed = false;
   std::exception_ptr error;
+  // wait()'s list, built by the first wait() (the sums move into numpy
+  // arrays, no copy) and returned again by every later one.
+  py::object results;
 };
 
 class PyHandle {
  public:
   explicit PyHandle(std::shared_ptr<PyBatch> b) : batch_(std::move(b)) {}
 
-  py::list Wait() {
+  py::object Wait() {
     if (batch_->completed) {
       if (batch_->error) std::rethrow_exception(batch_->error);
     } else {
       py::gil_scoped_release release;
       batch_->handle.Wait();
     }
+    if (batch_->results) return batch_->results;
     py::list out;
     for (size_t i = 0; i < batch_->outputs.size(); ++i) {
       if (batch_->outputs[i] == nullptr) {  // written into the item's "out" array
         out.append(py::none());
         continue;
       }
-      const SparseTensor& s = *batch_->outputs[i];
+      // The arrays take the sum's storage: the result is not copied again.
+      SparseTensor& s = *batch_->outputs[i];
       const auto nnz = static_cast<py::ssize_t>(s.nnz());
-      py::array_t<int64_t> ids(nnz);
-      py::array_t<float> values({nnz, static_cast<py::ssize_t>(batch_->out_width[i])});
-      std::copy(s.ids().begin(), s.ids().end(), ids.mutable_data());
-      std::copy(s.values().begin(), s.values().end(), values.mutable_data());
-      out.append(py::make_tuple(ids, values));
+      out.append(py::make_tuple(
+          ToArray(std::move(s).TakeIds(), {nnz}),
+          ToArray(std::move(s).TakeValues(), {nnz, static_cast<py::ssize_t>(batch_->out_width[i])})));
     }
+    batch_->results = out;
     return out;
   }
   bool Done() const { return batch_->completed || batch_->handle.Test(); }
@@ -315,7 +320,8 @@ void BindEngine(py::module_& m) {
   py::class_<PyHandle>(m, "Handle", "The completion of zen.Context.start().")
       .def("wait", &PyHandle::Wait,
            "Blocks until the batch is done (GIL released); returns [(ids, values)] of its "
-           "sparse items in order; raises the batch's error on every call.")
+           "sparse items in order (the same list and arrays on every call: they hold the sums, "
+           "not copies); raises the batch's error on every call.")
       .def("done", &PyHandle::Done, "True once the batch is done; never blocks.");
 
   py::class_<Context, std::unique_ptr<Context, ReleasingDelete>>(

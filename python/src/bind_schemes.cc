@@ -59,13 +59,6 @@ std::unique_ptr<Scheme> CreateScheme(const std::string& id, std::optional<uint64
   return scheme;
 }
 
-template <typename T>
-py::array_t<T> ToArray(std::vector<T> data, std::vector<py::ssize_t> shape) {
-  auto* owned = new std::vector<T>(std::move(data));
-  py::capsule free(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  return py::array_t<T>(std::move(shape), owned->data(), free);
-}
-
 // The arguments of one sync call as Python gave them, converted here rather
 // than by pybind11's signature matching: a conversion that fails must still
 // take part in the metadata exchange (Scheme::Reject), or the peers would

@@ -12,9 +12,12 @@
 // works on numpy arrays so that it needs no libtorch headers.
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace zen::python {
 
@@ -23,6 +26,15 @@ inline std::string TypeName(const pybind11::handle& h) {
   return pybind11::str(pybind11::type::handle_of(h).attr("__name__")).cast<std::string>();
 }
 
+
+// A numpy array that owns `data` (moved in, not copied; freed with the
+// array).
+template <typename T>
+pybind11::array_t<T> ToArray(std::vector<T> data, std::vector<pybind11::ssize_t> shape) {
+  auto* owned = new std::vector<T>(std::move(data));
+  pybind11::capsule free(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return pybind11::array_t<T>(std::move(shape), owned->data(), free);
+}
 
 void BindErrors(pybind11::module_& m);
 void BindComm(pybind11::module_& m);

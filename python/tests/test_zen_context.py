@@ -31,6 +31,12 @@ def _worker(rank, world, url, out):
                       np.ones((3, 2), dtype=np.float32))]
             handles.append(ctx.start(f"bucket{k}", items, on_done=lambda h, k=k: done.append(k)))
         results = [h.wait() for h in handles]
+        # A second wait() returns the same arrays (the sums' own storage,
+        # moved out once), with the same contents.
+        again = handles[0].wait()
+        same = (again is results[0] and again[0][0] is results[0][0][0]
+                and again[0][1] is results[0][0][1]
+                and again[0][0].flags.owndata is False)
         ctx.drain()
         bad = ("dense", "b", np.zeros(7, dtype=np.float64 if rank == 1 else np.float32), 7, 1)
         try:
@@ -56,9 +62,9 @@ def _worker(rank, world, url, out):
             into_error = str(e)
         out.put((rank, [d.tolist() for d in dense], [v.tolist() for v in vec],
                  [[(i.tolist(), v.tolist()) for i, v in r] for r in results], sorted(done),
-                 error, after.tolist(), (into.tolist(), into_result, into_error), None))
+                 error, after.tolist(), (into.tolist(), into_result, into_error), same, None))
     except Exception:
-        out.put((rank, None, None, None, None, None, None, None, traceback.format_exc()))
+        out.put((rank, None, None, None, None, None, None, None, None, traceback.format_exc()))
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -76,8 +82,9 @@ def test_context_batches_from_python(tmp_path, world):
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    for rank, (dense, vec, sparse, done, error, after, into, tb) in got.items():
+    for rank, (dense, vec, sparse, done, error, after, into, same, tb) in got.items():
         assert tb is None, tb
+        assert same
         # The independent reference: each rank's inputs regenerated here.
         for k in range(3):
             expect = np.zeros((50, 4), dtype=np.float64)
