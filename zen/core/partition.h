@@ -235,12 +235,21 @@ void ForEachNonZeroRow(const float* dense, int64_t width, int64_t begin, int64_t
   }
 }
 
-// Copies one row of width floats (a plain store for width 1).
+// Copies one row of width floats. Rows of up to 16 floats are copied
+// inline in 16-byte pieces (the last one overlapping), not by a call to
+// memcpy: a call per row of a narrow tensor (width 4: 16 bytes) cost more
+// than the copy (a third of zen's CPU on a 3M x 4 tensor, 2026-12-05).
 inline void CopyRow(float* dst, const float* src, int64_t width) {
-  if (width == 1) {
-    *dst = *src;
+  const size_t w = static_cast<size_t>(width);
+  if (w >= 4 && w <= 16) {
+    for (size_t k = 0; k + 4 < w; k += 4) std::memcpy(dst + k, src + k, 4 * sizeof(float));
+    std::memcpy(dst + w - 4, src + w - 4, 4 * sizeof(float));
+  } else if (w < 4) {  // width >= 1
+    dst[0] = src[0];
+    if (w > 1) dst[1] = src[1];
+    if (w > 2) dst[2] = src[2];
   } else {
-    std::memcpy(dst, src, static_cast<size_t>(width) * sizeof(float));
+    std::memcpy(dst, src, w * sizeof(float));
   }
 }
 

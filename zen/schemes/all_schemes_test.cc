@@ -210,6 +210,20 @@ std::vector<Case> Grid() {
 
 INSTANTIATE_TEST_SUITE_P(Grid, AllSchemesTest, ::testing::ValuesIn(Grid()), CaseName);
 
+// Narrow rows of every width class the row copies treat apart (below 4
+// floats, 4-16 in 16-byte pieces with an overlapping last one, above 16).
+std::vector<Case> NarrowGrid() {
+  std::vector<Case> out;
+  for (const std::string& scheme : BuiltinSchemes().ids()) {
+    for (int64_t width : {2, 3, 4, 5, 13, 16, 17}) {
+      out.push_back({scheme, Backend::kInProc, 5, width, 0.05, 1.1});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Narrow, AllSchemesTest, ::testing::ValuesIn(NarrowGrid()), CaseName);
+
 // A scheme whose entry says rank_order returns, on every rank, the ranks'
 // values added in ascending rank order, bit for bit: the independent
 // reference is that order written out, ((x0 + x1) + x2) + ..., per element.

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <functional>
 
+#include "zen/core/partition.h"
+
 namespace zen {
 
 
@@ -30,7 +32,7 @@ size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t*
       for (size_t k = 0; k < w; ++k) dst[k] += src[k];
     } else {
       out_ids[out] = id;
-      std::memcpy(out_values + out * w, src, w * sizeof(float));
+      CopyRow(out_values + out * w, src, width);
       ++out;
     }
   });
