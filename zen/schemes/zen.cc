@@ -452,6 +452,9 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   // values are written once.
   const size_t w = static_cast<size_t>(local.width());
   const bool element = w == 1 && local.rows() <= (int64_t{1} << 32);
+  // Wider rows below 2^32: one word per row too, the id above the row's
+  // index (half the bytes of a KeyItem to sort).
+  const bool packed = !element && local.rows() <= (int64_t{1} << 32);
   ws_.result_words.clear();
   ws_.order.clear();
   ws_.rows.clear();
@@ -462,7 +465,11 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
       return;
     }
     ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
-      ws_.order.push_back({id, static_cast<int64_t>(ws_.rows.size())});
+      if (packed) {
+        ws_.result_words.push_back(static_cast<uint64_t>(id) << 32 | ws_.rows.size());
+      } else {
+        ws_.order.push_back({id, static_cast<int64_t>(ws_.rows.size())});
+      }
       ws_.rows.push_back(row);
     });
   });
@@ -486,39 +493,49 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
       values.push_back(v);
     }
   } else {
-    // The row's index is the payload: each row is copied once, in id order,
-    // into storage reserved without a zeroing pass.
-    const size_t total = ws_.order.size();
-    ids.reserve(total);
-    SortByKey(ws_.order, ws_.sort_scratch, local.rows());
-    if (w <= 16) {
-      // Narrow rows: a zeroing pass over the values is cheaper than an
-      // append (a memcpy call) per row; the rows are read in id order, i.e.
-      // at random in the receive buffers, so each is prefetched a few rows
-      // ahead (wide rows too, below: their first bytes).
-      values.resize(total * w);
-      float* dst = values.data();
-      const KeyItem* order = ws_.order.data();
-      constexpr size_t kAhead = 16;
-      for (size_t i = 0; i < total; ++i, dst += w) {
-        if (i + kAhead < total) {
-          __builtin_prefetch(ws_.rows[static_cast<size_t>(order[i + kAhead].item)]);
+    // The row's index is the payload: each row is copied once, in id order.
+    // id_at(i) / row_at(i): the i-th row of the sorted order.
+    auto gather = [&](size_t total, auto id_at, auto row_at) {
+      ids.reserve(total);
+      if (w <= 16) {
+        // Narrow rows: a zeroing pass over the values is cheaper than an
+        // append (a memcpy call) per row; the rows are read in id order,
+        // i.e. at random in the receive buffers, so each is prefetched a
+        // few rows ahead (wide rows too, below: their first bytes).
+        values.resize(total * w);
+        float* dst = values.data();
+        constexpr size_t kAhead = 16;
+        for (size_t i = 0; i < total; ++i, dst += w) {
+          if (i + kAhead < total) __builtin_prefetch(row_at(i + kAhead));
+          ids.push_back(id_at(i));
+          CopyRow(dst, row_at(i), local.width());
         }
-        ids.push_back(order[i].key);
-        CopyRow(dst, ws_.rows[static_cast<size_t>(order[i].item)], local.width());
+      } else {
+        // Appended into storage reserved without a zeroing pass.
+        values.reserve(total * w);  // <= rows x width: checked when the call was validated
+        constexpr size_t kAhead = 4;
+        for (size_t i = 0; i < total; ++i) {
+          if (i + kAhead < total) __builtin_prefetch(row_at(i + kAhead));
+          ids.push_back(id_at(i));
+          const float* row = row_at(i);
+          values.insert(values.end(), row, row + w);
+        }
       }
+    };
+    if (packed) {
+      const int id_bits = std::max(1, static_cast<int>(std::bit_width(
+                                          static_cast<uint64_t>(local.rows() - 1))));
+      SortWordsByBits(ws_.result_words, ws_.word_scratch, 32, id_bits);
+      const uint64_t* words = ws_.result_words.data();
+      gather(
+          ws_.result_words.size(), [&](size_t i) { return static_cast<int64_t>(words[i] >> 32); },
+          [&](size_t i) { return ws_.rows[static_cast<uint32_t>(words[i])]; });
     } else {
-      values.reserve(total * w);  // <= rows x width: checked when the call was validated
+      SortByKey(ws_.order, ws_.sort_scratch, local.rows());
       const KeyItem* order = ws_.order.data();
-      constexpr size_t kAhead = 4;
-      for (size_t i = 0; i < total; ++i) {
-        if (i + kAhead < total) {
-          __builtin_prefetch(ws_.rows[static_cast<size_t>(order[i + kAhead].item)]);
-        }
-        ids.push_back(order[i].key);
-        const float* row = ws_.rows[static_cast<size_t>(order[i].item)];
-        values.insert(values.end(), row, row + w);
-      }
+      gather(
+          ws_.order.size(), [&](size_t i) { return order[i].key; },
+          [&](size_t i) { return ws_.rows[static_cast<size_t>(order[i].item)]; });
     }
   }
   stats_.decode_seconds += Since(t0);
