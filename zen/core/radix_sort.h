@@ -107,4 +107,18 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
   if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
 }
 
+// SortWordsByBits for words whose bits below `shift` hold an index: values
+// that are distinct and increase in input order (e.g. a row's index, with
+// its key above). Sorting whole words then orders by key and, within a key,
+// by input order: stable. Short lists are sorted that way with std::sort,
+// which needs no memory (SortWordsByBits' stable_sort may allocate one).
+inline void SortIndexedWords(std::span<uint64_t> a, std::vector<uint64_t>& scratch, int shift,
+                             int bits) {
+  if (a.size() < 1024) {
+    std::sort(a.begin(), a.end());
+    return;
+  }
+  SortWordsByBits(a, scratch, shift, bits);
+}
+
 }  // namespace zen

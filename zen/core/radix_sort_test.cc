@@ -40,5 +40,23 @@ TEST(SortWordsByBits, AllKeysEqualAndEmpty) {
   EXPECT_EQ(v, want);
 }
 
+// Key above an index that increases in input order: the order is the stable
+// sort by key, short lists (std::sort of whole words) and long ones (radix)
+// alike, with duplicate keys.
+TEST(SortIndexedWords, MatchesStableSortOnKeyAboveIndexWords) {
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> scratch;
+  for (const auto& [n, bits] : {std::pair{0, 3}, std::pair{1, 3}, std::pair{700, 6},
+                                std::pair{1023, 20}, std::pair{1024, 20}, std::pair{50000, 20},
+                                std::pair{50000, 4}}) {
+    std::vector<uint64_t> v(static_cast<size_t>(n));
+    const uint64_t bound = uint64_t{1} << bits;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (rng() % bound) << 32 | i;
+    const std::vector<uint64_t> want = Reference(v, 32, bits);
+    SortIndexedWords(v, scratch, 32, bits);
+    EXPECT_EQ(v, want) << "n " << n << " bits " << bits;
+  }
+}
+
 }  // namespace
 }  // namespace zen

@@ -135,7 +135,8 @@ class ZenScheme final : public Scheme {
     MergeScratch merge;
     std::vector<RowsMessage> pulled;  // views into pull_recv
     std::vector<KeyItem> order, sort_scratch;
-    std::vector<uint64_t> words;         // element-sparse aggregation (this server's)
+    std::vector<uint64_t> words;         // this server's aggregation, sorted (position, row)
+    std::vector<const float*> agg_rows;  // the rows those words index
     std::vector<uint64_t> result_words;  // element-sparse result, pulled messages' words
     std::vector<uint64_t> word_scratch;  // either's radix sort
     std::vector<const float*> rows;
@@ -164,6 +165,9 @@ class ZenScheme final : public Scheme {
   // This server's sum of ws_.parts into ws_.pull_send (values) and
   // ws_.served_positions; sets ws_.pull_layout; returns the row count.
   int64_t AggregateRows(int64_t domain_size, int64_t width);
+  // AggregateRows for domains and row counts below 2^32 (`total` incoming
+  // rows): a radix sort of (position, row) words instead of a heap merge.
+  int64_t AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total);
   // Width 1, domain <= 2^32, no sum order: this server's part in
   // ws_.parts[server], the peers' COO32 pushes in ws_.pushed.
   int64_t AggregateElements(int64_t domain_size, int server);
