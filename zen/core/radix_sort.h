@@ -63,11 +63,46 @@ inline void SortByKey(std::span<KeyItem> a, std::vector<KeyItem>& scratch, int64
   if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
 }
 
+// A stable sort of a by (word & mask) that allocates nothing once scratch
+// holds a.size() words: insertion sorts of runs of 32, then bottom-up
+// merges between a and scratch (ties taken from the left run). For the
+// short lists where a radix sort's histograms cost more than the sort;
+// std::stable_sort would allocate a buffer on every call.
+inline void StableSortWordsByMask(std::span<uint64_t> a, std::vector<uint64_t>& scratch,
+                                  uint64_t mask) {
+  const size_t n = a.size();
+  constexpr size_t kRun = 32;
+  for (size_t lo = 0; lo < n; lo += kRun) {
+    const size_t hi = std::min(n, lo + kRun);
+    for (size_t i = lo + 1; i < hi; ++i) {
+      const uint64_t x = a[i];
+      size_t j = i;
+      for (; j > lo && (a[j - 1] & mask) > (x & mask); --j) a[j] = a[j - 1];
+      a[j] = x;
+    }
+  }
+  if (n <= kRun) return;
+  if (scratch.size() < n) scratch.resize(n);
+  std::span<uint64_t> src = a, dst(scratch.data(), n);
+  for (size_t run = kRun; run < n; run *= 2) {
+    for (size_t lo = 0; lo < n; lo += 2 * run) {
+      const size_t mid = std::min(n, lo + run), hi = std::min(n, lo + 2 * run);
+      size_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) dst[k++] = (src[j] & mask) < (src[i] & mask) ? src[j++] : src[i++];
+      while (i < mid) dst[k++] = src[i++];
+      while (j < hi) dst[k++] = src[j++];
+    }
+    std::swap(src, dst);
+  }
+  if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
+}
+
 // Sorts 64-bit words by their bits [shift, shift + bits) (the rest rides
 // along: e.g. an id in the high 32 bits and a float's bits in the low 32,
 // half the bytes of a KeyItem). Bits above shift + bits must be zero (they
 // may fall into the last digit). shift + bits <= 64. The same LSD radix sort, with every digit's
-// histogram counted in one read pass. Stable for distinct keys.
+// histogram counted in one read pass; short lists by StableSortWordsByMask.
+// Stable; allocates nothing once scratch holds a.size() words.
 inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratch, int shift,
                             int bits) {
   constexpr int kDigit = 11;
@@ -79,8 +114,7 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
   if (n < 1024 || std::log2(static_cast<double>(n)) <
                       passes * (3.0 + static_cast<double>(kBuckets) / static_cast<double>(n))) {
     const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1) << shift;
-    std::stable_sort(a.begin(), a.end(),
-                     [mask](uint64_t x, uint64_t y) { return (x & mask) < (y & mask); });
+    StableSortWordsByMask(a, scratch, mask);
     return;
   }
   if (scratch.size() < n) scratch.resize(n);

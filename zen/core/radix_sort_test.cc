@@ -18,7 +18,11 @@ std::vector<uint64_t> Reference(std::vector<uint64_t> v, int shift, int bits) {
 TEST(SortWordsByBits, MatchesStableSortOnIdAboveValueWords) {
   std::mt19937_64 rng(7);
   std::vector<uint64_t> scratch;
-  for (const auto& [n, bits] : {std::pair{10, 5}, std::pair{5000, 12}, std::pair{300000, 22},
+  // Short lists (the merge-sort fallback: one run, several, a partial last
+  // one) and long ones (radix).
+  for (const auto& [n, bits] : {std::pair{10, 5}, std::pair{32, 3}, std::pair{33, 3},
+                                std::pair{100, 4}, std::pair{700, 6}, std::pair{1000, 20},
+                                std::pair{5000, 12}, std::pair{300000, 22},
                                 std::pair{70000, 32}, std::pair{4096, 1}}) {
     std::vector<uint64_t> v(static_cast<size_t>(n));
     const uint64_t bound = uint64_t{1} << bits;

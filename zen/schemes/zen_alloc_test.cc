@@ -218,7 +218,7 @@ TEST(ZenAlloc, SteadyStateSparseCallsAllocateOnlyTheResult) {
 // replaces the sort by a scatter), both pull encodings.
 TEST(ZenAlloc, SteadyStateSyncIntoCallsAllocateNothingOutsideTheTransport) {
   for (int64_t width : {1, 4}) {
-    for (double density : {0.01, 0.3}) {
+    for (double density : {0.001, 0.01, 0.3}) {
       SyntheticSpec spec;
       spec.rows = width == 1 ? 200000 : 12000;
       spec.width = width;
