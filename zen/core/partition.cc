@@ -277,16 +277,9 @@ void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
   for (size_t i = 0; i < m; ++i) words[i] = static_cast<uint64_t>(ids[i]) << 32;
   owner.KeysOfIdsInPlace(words, 32);
   for (size_t i = 0; i < m; ++i) words[i] |= i;
-  const int key_bits =
-      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(owner.rows() - 1))));
-  if (m < 1024) {
-    // Keys are distinct (so are the ids), so the words' own order is the
-    // keys'; std::sort does not allocate (SortWordsByBits' short-list
-    // stable_sort would, every call).
-    std::sort(words.begin(), words.end());
-  } else {
-    SortWordsByBits(words, scratch_->word_scratch, 32, key_bits);
-  }
+  // Keys are distinct (so are the ids): sorted by key, the words are in
+  // server and position order.
+  SortWordsByBits(words, scratch_->word_scratch, 32, KeyBits(owner.rows()));
   out.servers = servers;
   out.width = width;
   out.offsets.assign(static_cast<size_t>(servers) + 1, 0);

@@ -23,6 +23,13 @@
 
 namespace zen {
 
+// The bits a key below `bound` needs (at least 1): the `bits` argument of
+// the sorts below for keys in [0, bound).
+inline int KeyBits(int64_t bound) {
+  return std::max(1, static_cast<int>(std::bit_width(
+                         static_cast<uint64_t>(std::max<int64_t>(bound, 1) - 1))));
+}
+
 struct KeyItem {
   int64_t key;
   int64_t item;
@@ -32,8 +39,7 @@ inline void SortByKey(std::span<KeyItem> a, std::vector<KeyItem>& scratch, int64
   constexpr int kDigit = 11;
   constexpr size_t kBuckets = size_t{1} << kDigit;
   const size_t n = a.size();
-  const int bits = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(
-                                   std::max<int64_t>(key_bound, 1) - 1))));
+  const int bits = KeyBits(key_bound);
   const int passes = (bits + kDigit - 1) / kDigit;
   // A comparison sort costs about n log2 n; radix about passes x (n + buckets).
   if (n < 1024 || std::log2(static_cast<double>(n)) <
@@ -139,20 +145,6 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
     std::swap(src, dst);
   }
   if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
-}
-
-// SortWordsByBits for words whose bits below `shift` hold an index: values
-// that are distinct and increase in input order (e.g. a row's index, with
-// its key above). Sorting whole words then orders by key and, within a key,
-// by input order: stable. Short lists are sorted that way with std::sort,
-// which needs no memory (SortWordsByBits' stable_sort may allocate one).
-inline void SortIndexedWords(std::span<uint64_t> a, std::vector<uint64_t>& scratch, int shift,
-                             int bits) {
-  if (a.size() < 1024) {
-    std::sort(a.begin(), a.end());
-    return;
-  }
-  SortWordsByBits(a, scratch, shift, bits);
 }
 
 }  // namespace zen

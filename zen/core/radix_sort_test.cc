@@ -44,10 +44,10 @@ TEST(SortWordsByBits, AllKeysEqualAndEmpty) {
   EXPECT_EQ(v, want);
 }
 
-// Key above an index that increases in input order: the order is the stable
-// sort by key, short lists (std::sort of whole words) and long ones (radix)
-// alike, with duplicate keys.
-TEST(SortIndexedWords, MatchesStableSortOnKeyAboveIndexWords) {
+// Key above an index that increases in input order (zen's row words): the
+// order is the stable sort by key, short lists and long ones alike, with
+// duplicate keys.
+TEST(SortWordsByBits, MatchesStableSortOnKeyAboveIndexWords) {
   std::mt19937_64 rng(11);
   std::vector<uint64_t> scratch;
   for (const auto& [n, bits] : {std::pair{0, 3}, std::pair{1, 3}, std::pair{700, 6},
@@ -57,7 +57,7 @@ TEST(SortIndexedWords, MatchesStableSortOnKeyAboveIndexWords) {
     const uint64_t bound = uint64_t{1} << bits;
     for (size_t i = 0; i < v.size(); ++i) v[i] = (rng() % bound) << 32 | i;
     const std::vector<uint64_t> want = Reference(v, 32, bits);
-    SortIndexedWords(v, scratch, 32, bits);
+    SortWordsByBits(v, scratch, 32, bits);
     EXPECT_EQ(v, want) << "n " << n << " bits " << bits;
   }
 }

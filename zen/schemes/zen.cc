@@ -290,20 +290,8 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
       v += w;
     }
   }
-  const int position_bits =
-      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(domain_size - 1))));
-  SortIndexedWords(ws.words, ws.word_scratch, 32, position_bits);
-  ws.served_positions.clear();
-  for (const uint64_t x : ws.words) {
-    const int64_t p = static_cast<int64_t>(x >> 32);
-    if (ws.served_positions.empty() || ws.served_positions.back() != p) {
-      ws.served_positions.push_back(p);
-    }
-  }
-  const int64_t served = static_cast<int64_t>(ws.served_positions.size());
-  ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding);
-  ws.pull_send.resize(ws.pull_layout.bytes);
-  float* out = reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset);
+  SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
+  float* out = LayoutServed(domain_size, width);
   const uint64_t* words = ws.words.data();
   const float* const* rows = ws.agg_rows.data();
   // The rows are read in position order, i.e. at random: prefetched ahead.
@@ -320,7 +308,22 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
       for (size_t c = 0; c < w; ++c) out[c] += src[c];
     }
   }
-  return served;
+  return static_cast<int64_t>(ws.served_positions.size());
+}
+
+float* ZenScheme::LayoutServed(int64_t domain_size, int64_t width) {
+  Workspace& ws = ws_;
+  ws.served_positions.clear();
+  for (const uint64_t x : ws.words) {
+    const int64_t p = static_cast<int64_t>(x >> 32);
+    if (ws.served_positions.empty() || ws.served_positions.back() != p) {
+      ws.served_positions.push_back(p);
+    }
+  }
+  const auto served = static_cast<int64_t>(ws.served_positions.size());
+  ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding);
+  ws.pull_send.resize(ws.pull_layout.bytes);
+  return reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset);
 }
 
 int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, int64_t width) {
@@ -403,20 +406,8 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
       }
     }
   }
-  const int position_bits =
-      std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(domain_size - 1))));
-  SortWordsByBits(ws.words, ws.word_scratch, 32, position_bits);
-  ws.served_positions.clear();
-  for (size_t i = 0; i < total; ++i) {
-    const int64_t p = static_cast<int64_t>(ws.words[i] >> 32);
-    if (ws.served_positions.empty() || ws.served_positions.back() != p) {
-      ws.served_positions.push_back(p);
-    }
-  }
-  const int64_t served = static_cast<int64_t>(ws.served_positions.size());
-  ws.pull_layout = LayoutRows(domain_size, served, 1, config_.pull_encoding);
-  ws.pull_send.resize(ws.pull_layout.bytes);
-  float* out = reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset);
+  SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
+  float* out = LayoutServed(domain_size, 1);
   size_t k = 0;
   for (size_t i = 0; i < total;) {
     const uint64_t p = ws.words[i] >> 32;
@@ -431,7 +422,7 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
     }
     out[k++] = sum;
   }
-  return served;
+  return static_cast<int64_t>(ws.served_positions.size());
 }
 
 template <typename Fn>
@@ -539,9 +530,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   if (element) {
     // Sorting the words orders the values too: nothing is gathered after.
     const size_t total = ws_.result_words.size();
-    const int id_bits = std::max(1, static_cast<int>(std::bit_width(
-                                        static_cast<uint64_t>(local.rows() - 1))));
-    SortWordsByBits(ws_.result_words, ws_.word_scratch, 32, id_bits);
+    SortWordsByBits(ws_.result_words, ws_.word_scratch, 32, KeyBits(local.rows()));
     ids.reserve(total);  // filled below without a zeroing pass
     values.reserve(total);
     for (const uint64_t x : ws_.result_words) {
@@ -582,9 +571,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
       }
     };
     if (packed) {
-      const int id_bits = std::max(1, static_cast<int>(std::bit_width(
-                                          static_cast<uint64_t>(local.rows() - 1))));
-      SortIndexedWords(ws_.result_words, ws_.word_scratch, 32, id_bits);
+      SortWordsByBits(ws_.result_words, ws_.word_scratch, 32, KeyBits(local.rows()));
       const uint64_t* words = ws_.result_words.data();
       gather(
           ws_.result_words.size(), [&](size_t i) { return static_cast<int64_t>(words[i] >> 32); },

@@ -168,6 +168,10 @@ class ZenScheme final : public Scheme {
   // AggregateRows for domains and row counts below 2^32 (`total` incoming
   // rows): a radix sort of (position, row) words instead of a heap merge.
   int64_t AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total);
+  // After ws_.words (position above 32 bits of payload) is sorted: its
+  // distinct positions into ws_.served_positions, the pull message laid
+  // out for them; returns where the sums' values go.
+  float* LayoutServed(int64_t domain_size, int64_t width);
   // Width 1, domain <= 2^32, no sum order: this server's part in
   // ws_.parts[server], the peers' COO32 pushes in ws_.pushed.
   int64_t AggregateElements(int64_t domain_size, int server);
