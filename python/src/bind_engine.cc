@@ -54,7 +54,7 @@ namespace {
 // only touched with the GIL held.
 struct PyBatch {
   std::vector<BatchTensor> tensors;
-  std::vector<py::object> keep;  // the dense arrays, alive until done
+  std::vector<py::object> keep;  // the arrays read in place (dense, sparse), alive until done
   std::vector<std::unique_ptr<SparseTensor>> inputs;
   std::vector<std::unique_ptr<SparseTensor>> outputs;
   std::vector<int64_t> out_width;
@@ -214,29 +214,33 @@ void AddItem(PyBatch& b, const py::handle& item) {
     t.rows = ToInt64(tuple[py::int_(2)], "rows", error);
     t.width = ToInt64(tuple[py::int_(3)], "width", error);
     const py::object ids_obj = tuple[py::int_(4)], values_obj = tuple[py::int_(5)];
-    std::vector<int64_t> ids;
-    std::vector<float> values;
+    // The arrays are read in place (kept alive by the batch until it is
+    // done); only ids of another integer type or arrays that are not
+    // C-contiguous are converted first.
+    std::span<const int64_t> ids;
+    std::span<const float> values;
     if (!py::isinstance<py::array>(ids_obj) ||
         (py::reinterpret_borrow<py::array>(ids_obj).dtype().kind() != 'i')) {
       if (error.empty()) error = "ids must be a numpy array of signed integers";
     } else {
       const auto c =
           py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids_obj);
-      ids.assign(c.data(), c.data() + c.size());
+      b.keep.push_back(c);
+      ids = std::span(c.data(), static_cast<size_t>(c.size()));
     }
     if (!py::isinstance<py::array>(values_obj) ||
         !py::reinterpret_borrow<py::array>(values_obj).dtype().is(py::dtype::of<float>())) {
       if (error.empty()) error = "values must be a numpy float32 array";
     } else {
       const auto c = py::array_t<float, py::array::c_style>::ensure(values_obj);
-      values.assign(c.data(), c.data() + c.size());
+      b.keep.push_back(c);
+      values = std::span(c.data(), static_cast<size_t>(c.size()));
     }
     auto input = std::make_unique<SparseTensor>();
     if (error.empty()) {
       py::gil_scoped_release release;
       try {
-        *input = SparseTensor::FromCoo(t.rows, t.width, std::move(ids), std::move(values),
-                                       Duplicates::kSum, t.name);
+        *input = SparseInput(t.rows, t.width, ids, values, t.name);
       } catch (const InvalidArgument& e) {
         error = e.what();
       } catch (const std::bad_alloc&) {

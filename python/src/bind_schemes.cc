@@ -116,8 +116,11 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
                   const py::object& width_obj, const py::object& ids_obj,
                   const py::object& values_obj, const py::object& name_obj) {
   CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
-  std::vector<int64_t> id_vec;
-  std::vector<float> value_vec;
+  // The arrays are read in place for the call (SparseInput); ids of another
+  // integer type or arrays that are not C-contiguous are converted first.
+  py::object ids_keep, values_keep;
+  std::span<const int64_t> id_span;
+  std::span<const float> value_span;
   // ids: an integer array (a float array is refused, not truncated).
   if (!py::isinstance<py::array>(ids_obj)) {
     args.Fail("ids must be a numpy int64 array, got " + TypeName(ids_obj));
@@ -137,10 +140,13 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
           break;
         }
       }
-      id_vec.assign(u.data(), u.data() + u.size());
+      // Every id fits int64 (checked above): the same bits read as int64.
+      ids_keep = u;
+      id_span = std::span(reinterpret_cast<const int64_t*>(u.data()), static_cast<size_t>(u.size()));
     } else {
       const auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
-      id_vec.assign(c.data(), c.data() + c.size());
+      ids_keep = c;
+      id_span = std::span(c.data(), static_cast<size_t>(c.size()));
     }
   }
   // values: float32 (other dtypes are refused: zen sums float32).
@@ -152,7 +158,8 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
       args.Fail("values have dtype " + DtypeName(values) + ", zen syncs float32 only");
     } else {
       const auto c = py::array_t<float, py::array::c_style>::ensure(values);
-      value_vec.assign(c.data(), c.data() + c.size());
+      values_keep = c;
+      value_span = std::span(c.data(), static_cast<size_t>(c.size()));
     }
   }
   SparseTensor sum;
@@ -161,8 +168,7 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
     SparseTensor local;
     if (args.error.empty()) {
       try {
-        local = SparseTensor::FromCoo(args.rows, args.width, std::move(id_vec),
-                                      std::move(value_vec), Duplicates::kSum, args.name);
+        local = SparseInput(args.rows, args.width, id_span, value_span, args.name);
       } catch (const InvalidArgument& e) {
         args.Fail(e.what());
       } catch (const std::bad_alloc&) {

@@ -113,3 +113,58 @@ def test_context_batches_from_python(tmp_path, world):
         assert into_error is not None and "rank 1" in into_error, into_error
         if rank == 1:
             assert "dense output has" in into_error, into_error
+
+
+def _inplace_worker(rank, world, url, out):
+    try:
+        import gc
+        comm = zen.connect_url(url, rank, world, timeout=20.0)
+        ctx = zen.Context(comm, scheme="zen")
+        # Sorted, unique ids: the item's arrays are read where they lie (no
+        # copy); arrays made inline and dropped by Python before wait() are
+        # kept alive by the call. An int32 ids array is converted first.
+        ids = np.array([1, 7, 40 + rank], dtype=np.int64)
+        values = np.full((3, 4), rank + 1.0, dtype=np.float32)
+        ids_before, values_before = ids.copy(), values.copy()
+        h = ctx.start("b", [("sparse", "emb", 64, 4, ids, values),
+                            ("sparse", "e32", 64, 1, np.array([3, 9], dtype=np.int32),
+                             np.array([1.0, rank], dtype=np.float32)),
+                            ("sparse", "tmp", 64, 2, np.arange(0, 64, 8, dtype=np.int64),
+                             np.full((8, 2), 0.5, dtype=np.float32))])
+        gc.collect()
+        res = [(i.tolist(), v.tolist()) for i, v in h.wait()]
+        # The caller's arrays are untouched and the results own their memory.
+        untouched = (np.array_equal(ids, ids_before) and np.array_equal(values, values_before))
+        owns = all(not np.shares_memory(v, values) for _, v in h.wait())
+        # The same through zen.Scheme.sync (synchronous).
+        s = zen.create_scheme("zen")
+        sid, sval = s.sync(comm, 64, 4, ids, values, name="emb")
+        out.put((rank, res, untouched, owns, (sid.tolist(), sval.tolist()), None))
+    except Exception:
+        out.put((rank, None, None, None, None, traceback.format_exc()))
+
+
+def test_sparse_items_are_read_in_place(tmp_path):
+    world = 2
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_inplace_worker, args=(r, world, f"file:{tmp_path}", out))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    got = {}
+    for _ in range(world):
+        rank, *rest = out.get(timeout=120)
+        got[rank] = rest
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    for rank, (res, untouched, owns, direct, tb) in got.items():
+        assert tb is None, tb
+        assert untouched and owns
+        (ids, values), (ids32, values32), (idst, valuest) = res
+        assert ids == [1, 7, 40, 41]
+        assert values == [[3.0] * 4, [3.0] * 4, [1.0] * 4, [2.0] * 4]
+        assert ids32 == [3, 9] and values32 == [[2.0], [1.0]]
+        assert idst == list(range(0, 64, 8)) and valuest == [[1.0, 1.0]] * 8
+        assert direct == (ids, values)

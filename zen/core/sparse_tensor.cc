@@ -64,12 +64,11 @@ SparseTensor SparseTensor::Empty(int64_t rows, int64_t width, std::string name) 
   return SparseTensor(rows, width, {}, {}, std::move(name));
 }
 
-SparseTensor SparseTensor::FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
-                                      std::vector<float> values, std::string name) {
-  ValidateShape(rows, width, name);
-  CheckValueCount(ids.size(), width, values.size(), name);
-  // One pass: every id in range and each above its predecessor (an id out
-  // of range is reported before an order violation, as CheckRange would).
+namespace {
+
+// One pass: every id in range and each above its predecessor (an id out of
+// range is reported before an order violation, as CheckRange would).
+void CheckSortedInRange(std::span<const int64_t> ids, int64_t rows, const std::string& name) {
   bool sorted = true;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= rows) CheckRange(ids, rows, name);
@@ -83,7 +82,42 @@ SparseTensor SparseTensor::FromSorted(int64_t rows, int64_t width, std::vector<i
       }
     }
   }
+}
+
+}  // namespace
+
+SparseTensor SparseTensor::FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                                      std::vector<float> values, std::string name) {
+  ValidateShape(rows, width, name);
+  CheckValueCount(ids.size(), width, values.size(), name);
+  CheckSortedInRange(ids, rows, name);
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
+}
+
+SparseTensor SparseTensor::View(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                                std::span<const float> values, std::string name) {
+  ValidateShape(rows, width, name);
+  CheckValueCount(ids.size(), width, values.size(), name);
+  CheckSortedInRange(ids, rows, name);
+  SparseTensor t(rows, width, {}, {}, std::move(name));
+  t.view_ = true;
+  t.view_ids_ = ids;
+  t.view_values_ = values;
+  return t;
+}
+
+void SparseTensor::OwnRows() {
+  if (!view_) return;
+  ids_.assign(view_ids_.begin(), view_ids_.end());
+  values_.assign(view_values_.begin(), view_values_.end());
+  view_ = false;
+  view_ids_ = {};
+  view_values_ = {};
+}
+
+bool operator==(const SparseTensor& a, const SparseTensor& b) {
+  return a.rows_ == b.rows_ && a.width_ == b.width_ && a.name_ == b.name_ &&
+         std::ranges::equal(a.ids(), b.ids()) && std::ranges::equal(a.values(), b.values());
 }
 
 SparseTensor SparseTensor::FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
@@ -144,11 +178,11 @@ SparseTensor SparseTensor::FromDense(std::span<const float> dense, int64_t rows,
 
 std::span<const float> SparseTensor::row(size_t i) const {
   const size_t w = static_cast<size_t>(width_);
-  return std::span<const float>(values_).subspan(i * w, w);
+  return values().subspan(i * w, w);
 }
 
 double SparseTensor::density() const {
-  return rows_ == 0 ? 0.0 : static_cast<double>(ids_.size()) / static_cast<double>(rows_);
+  return rows_ == 0 ? 0.0 : static_cast<double>(nnz()) / static_cast<double>(rows_);
 }
 
 std::vector<float> SparseTensor::ToDense() const {
@@ -175,8 +209,10 @@ void SparseTensor::ToDense(std::span<float> out) const {
                           " floats, expected rows ", rows_, " x width ", width_);
   }
   std::fill(out.begin(), out.end(), 0.0f);
-  for (size_t i = 0; i < ids_.size(); ++i) {
-    std::copy_n(values_.data() + i * w, w, out.data() + static_cast<size_t>(ids_[i]) * w);
+  const std::span<const int64_t> ids = this->ids();
+  const float* values = this->values().data();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::copy_n(values + i * w, w, out.data() + static_cast<size_t>(ids[i]) * w);
   }
 }
 

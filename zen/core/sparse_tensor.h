@@ -55,6 +55,17 @@ class SparseTensor {
   static SparseTensor FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
                                  std::vector<float> values, std::string name = {});
 
+  // A tensor over the caller's memory, without a copy: ids sorted and
+  // unique in [0, rows), values ids.size() x width floats, both checked in
+  // O(nnz) with FromSorted's errors. The memory must stay alive and
+  // unchanged while this tensor, or any copy of it, is in use (a copy of a
+  // view views the same memory). mutable_values(), TakeIds() and
+  // TakeValues() first copy the viewed rows into the tensor's own storage.
+  // For input the caller already holds in this form (a coalesced sparse
+  // gradient from a DDP bucket): every row is read where it lies.
+  static SparseTensor View(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                           std::span<const float> values, std::string name = {});
+
   // From a dense row-major [rows x width] buffer: rows whose values are all
   // zero are skipped (for width 1: zero elements). dense.size() must equal
   // rows x width, computed without wrapping (rows 2^62 + 1 x width 4 is
@@ -64,14 +75,25 @@ class SparseTensor {
 
   int64_t rows() const { return rows_; }
   int64_t width() const { return width_; }
-  size_t nnz() const { return ids_.size(); }
-  bool empty() const { return ids_.empty(); }
+  size_t nnz() const { return ids().size(); }
+  bool empty() const { return nnz() == 0; }
+  // Whether the rows are the caller's memory (View) rather than owned.
+  bool is_view() const { return view_; }
+  // A view copies its rows into its own storage and no longer refers to the
+  // caller's memory; no-op for a tensor that owns its rows.
+  void OwnRows();
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
 
-  std::span<const int64_t> ids() const { return ids_; }
-  std::span<const float> values() const { return values_; }
-  std::span<float> mutable_values() { return values_; }
+  std::span<const int64_t> ids() const { return view_ ? view_ids_ : std::span<const int64_t>(ids_); }
+  std::span<const float> values() const {
+    return view_ ? view_values_ : std::span<const float>(values_);
+  }
+  // A view first copies its rows into its own storage (see View).
+  std::span<float> mutable_values() {
+    OwnRows();
+    return values_;
+  }
   // The width values of the i-th present row (not row id i).
   std::span<const float> row(size_t i) const;
 
@@ -88,20 +110,30 @@ class SparseTensor {
   // wrapping): absent rows zeroed.
   void ToDense(std::span<float> out) const;
 
-  // Moves the storage out (for schemes that reuse buffers).
-  std::vector<int64_t> TakeIds() && { return std::move(ids_); }
-  std::vector<float> TakeValues() && { return std::move(values_); }
+  // Moves the storage out (for schemes that reuse buffers); a view's rows
+  // are copied out.
+  std::vector<int64_t> TakeIds() && {
+    OwnRows();
+    return std::move(ids_);
+  }
+  std::vector<float> TakeValues() && {
+    OwnRows();
+    return std::move(values_);
+  }
 
-  friend bool operator==(const SparseTensor&, const SparseTensor&) = default;
+  // Same shape, name, ids and values (owned or viewed alike).
+  friend bool operator==(const SparseTensor& a, const SparseTensor& b);
 
  private:
   SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids, std::vector<float> values,
                std::string name);
-
   int64_t rows_ = 0;
   int64_t width_ = 0;
-  std::vector<int64_t> ids_;
+  std::vector<int64_t> ids_;  // owned rows (empty for a view)
   std::vector<float> values_;
+  bool view_ = false;  // View: the rows are the caller's memory below
+  std::span<const int64_t> view_ids_;
+  std::span<const float> view_values_;
   std::string name_;
 };
 

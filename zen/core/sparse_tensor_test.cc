@@ -88,5 +88,67 @@ TEST(SparseTensor, ValuesLargerThanTwoGiB) {
   EXPECT_EQ(t.row(8).size(), static_cast<size_t>(width));
 }
 
+
+TEST(SparseTensor, ViewReadsTheCallersMemoryWithoutACopy) {
+  const std::vector<int64_t> ids = {2, 5, 9};
+  const std::vector<float> values = {20, 21, 50, 51, 90, 91};
+  const auto t = SparseTensor::View(10, 2, ids, values, "emb");
+  EXPECT_TRUE(t.is_view());
+  EXPECT_EQ(t.ids().data(), ids.data());
+  EXPECT_EQ(t.values().data(), values.data());
+  EXPECT_EQ(t.nnz(), 3u);
+  EXPECT_THAT(t.row(1), ElementsAre(50, 51));
+  EXPECT_DOUBLE_EQ(t.density(), 0.3);
+  std::vector<float> dense(20, -1.0f);
+  t.ToDense(dense);
+  EXPECT_EQ(dense, SparseTensor::FromSorted(10, 2, ids, values).ToDense());
+  // Equal to the owning tensor of the same rows; a copy views the same memory.
+  EXPECT_EQ(t, SparseTensor::FromSorted(10, 2, ids, values, "emb"));
+  EXPECT_NE(t, SparseTensor::FromSorted(10, 2, ids, {20, 21, 50, 51, 90, 92}, "emb"));
+  const SparseTensor copy = t;
+  EXPECT_TRUE(copy.is_view());
+  EXPECT_EQ(copy.ids().data(), ids.data());
+}
+
+TEST(SparseTensor, ViewIsValidatedLikeFromSorted) {
+  const std::vector<float> v = {1, 2};
+  auto expect_error = [](auto&& make, const std::string& part) {
+    try {
+      make();
+      FAIL() << "no exception, expected: " << part;
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+    }
+  };
+  const std::vector<int64_t> unsorted = {3, 2}, repeated = {2, 2}, outside = {1, 12};
+  expect_error([&] { SparseTensor::View(10, 1, unsorted, v, "emb"); }, "id 2 at position 1 follows 3");
+  expect_error([&] { SparseTensor::View(10, 1, repeated, v, "emb"); }, "not sorted and unique");
+  expect_error([&] { SparseTensor::View(10, 1, outside, v, "emb"); },
+               "id 12 at position 1 is outside [0, 10)");
+  expect_error([&] { SparseTensor::View(10, 3, std::vector<int64_t>{1}, v, "emb"); },
+               "values has 2 floats, expected 1 ids x width 3 = 3");
+  expect_error([&] { SparseTensor::View(0, 1, {}, {}, "emb"); }, "rows must be >= 1");
+}
+
+TEST(SparseTensor, AViewCopiesItsRowsBeforeTheyAreWrittenOrTaken) {
+  std::vector<int64_t> ids = {1, 4};
+  std::vector<float> values = {10, 40};
+  auto t = SparseTensor::View(5, 1, ids, values);
+  t.mutable_values()[0] = 99;  // the tensor's own copy, not the caller's
+  EXPECT_FALSE(t.is_view());
+  EXPECT_EQ(values[0], 10);
+  EXPECT_THAT(t.values(), ElementsAre(99, 40));
+  auto u = SparseTensor::View(5, 1, ids, values);
+  std::vector<int64_t> taken_ids = std::move(u).TakeIds();
+  std::vector<float> taken_values = std::move(u).TakeValues();
+  EXPECT_THAT(taken_ids, ElementsAre(1, 4));
+  EXPECT_THAT(taken_values, ElementsAre(10, 40));
+  EXPECT_THAT(ids, ElementsAre(1, 4));  // still the caller's
+  auto w = SparseTensor::View(5, 1, ids, values);
+  w.OwnRows();
+  ids[0] = 3;  // the caller's memory changes; the tensor keeps its copy
+  EXPECT_THAT(w.ids(), ElementsAre(1, 4));
+}
+
 }  // namespace
 }  // namespace zen

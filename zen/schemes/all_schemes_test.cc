@@ -3,6 +3,7 @@
 // New schemes join this grid by being registered.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstdint>
@@ -263,6 +264,55 @@ TEST(RankOrder, SchemesThatSaySoSumInAscendingRankOrderBitForBit) {
     }
   }
   EXPECT_GE(flagged, 1);
+}
+
+
+// Input that views the caller's memory (SparseTensor::View, what the Python
+// bindings pass for sorted ids) sums bit for bit as the same rows owned, for
+// every scheme, sparse and dense output; the caller's arrays are left as
+// they were, and no result refers to them (one rank included, where a
+// scheme returns its input).
+TEST(ViewInput, EverySchemeSumsAViewAsTheOwnedRowsAndNeverReturnsIt) {
+  for (const SchemeInfo& info : BuiltinSchemes().schemes()) {
+    for (int world : {1, 4}) {
+      for (int64_t width : {1, 8}) {
+        SCOPED_TRACE(info.id + " n=" + std::to_string(world) + " width " + std::to_string(width));
+        SyntheticSpec spec;
+        spec.rows = width == 1 ? 20000 : 3000;
+        spec.width = width;
+        spec.density = 0.05;
+        spec.skew = 1.1;
+        spec.seed = 23;
+        const std::vector<SparseTensor> owned = GenerateSynthetic(spec, world);
+        std::mutex mu;
+        testing::RunRanks(Backend::kInProc, world, [&](Communicator& comm) {
+          const SparseTensor& mine = owned[static_cast<size_t>(comm.rank())];
+          const std::vector<int64_t> ids(mine.ids().begin(), mine.ids().end());
+          const std::vector<float> values(mine.values().begin(), mine.values().end());
+          const SparseTensor view = SparseTensor::View(mine.rows(), width, ids, values);
+          auto scheme = info.factory({});
+          const SparseTensor want = scheme->Sync(comm, mine);
+          const SparseTensor got = scheme->Sync(comm, view);
+          std::vector<float> want_dense(static_cast<size_t>(spec.rows * width), 3.0f);
+          std::vector<float> got_dense(want_dense.size(), 5.0f);
+          scheme->SyncInto(comm, mine, want_dense);
+          scheme->SyncInto(comm, view, got_dense);
+          std::lock_guard lock(mu);
+          EXPECT_FALSE(got.is_view()) << "rank " << comm.rank();
+          EXPECT_TRUE(std::ranges::equal(got.ids(), want.ids())) << "rank " << comm.rank();
+          EXPECT_EQ(std::memcmp(got.values().data(), want.values().data(),
+                                want.values().size_bytes()),
+                    0)
+              << "rank " << comm.rank();
+          EXPECT_EQ(got.values().size(), want.values().size());
+          EXPECT_EQ(std::memcmp(got_dense.data(), want_dense.data(), want_dense.size() * 4), 0)
+              << "rank " << comm.rank();
+          EXPECT_TRUE(std::ranges::equal(ids, mine.ids()));
+          EXPECT_TRUE(std::ranges::equal(values, mine.values()));
+        });
+      }
+    }
+  }
 }
 
 }  // namespace

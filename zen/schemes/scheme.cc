@@ -200,7 +200,10 @@ SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local) {
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
-  return Guarded(Where{comm.rank(), local.name()}, name(), [&] { return DoSync(comm, local); });
+  SparseTensor sum =
+      Guarded(Where{comm.rank(), local.name()}, name(), [&] { return DoSync(comm, local); });
+  sum.OwnRows();  // a scheme may return its input (one rank): never the caller's memory
+  return sum;
 }
 
 void Scheme::SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
