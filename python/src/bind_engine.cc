@@ -12,6 +12,13 @@
 //   sums = h.wait()   # [(ids, values)] of the sparse items, in order (the
 //                     # sums' own storage: the same arrays on every wait())
 //
+// Every array is read (dense: also written) where it lies, as torch's
+// asynchronous collectives do: the batch keeps it alive, and the caller
+// must not write it until the handle is done. A sparse item whose ids are
+// strictly increasing (a coalesced gradient's, a top-k selection's) is not
+// copied at all; other ids are copied, sorted and summed when the batch is
+// started.
+//
 // A sparse item with {"out": array, "divisor": d} has its sum divided by d
 // written into `array` (float32, C-contiguous, rows x width values; zeros
 // elsewhere: Scheme::SyncInto) and None in wait()'s list: no sorted result,
@@ -344,7 +351,9 @@ void BindEngine(py::module_& m) {
            py::arg("seed") = std::nullopt, py::keep_alive<1, 2>())
       .def("start", &Start, py::arg("name"), py::arg("items"), py::arg("on_done") = py::none(),
            "Queues one batch; returns a zen.Handle at once. on_done(handle), if given, runs on "
-           "the progress thread (GIL held) when the batch completes.")
+           "the progress thread (GIL held) when the batch completes. The items' arrays are read "
+           "in place (dense ones summed in place) while the batch runs: do not write them until "
+           "the handle is done.")
       .def(
           "close",
           [](Context& c) {
