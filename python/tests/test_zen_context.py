@@ -67,11 +67,12 @@ def _worker(rank, world, url, out):
         out.put((rank, None, None, None, None, None, None, None, None, traceback.format_exc()))
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_context_batches_from_python(tmp_path, world):
+def _run_ranks(target, world, tmp_path):
+    """Runs target(rank, world, url, queue) on `world` spawned processes;
+    returns {rank: what that rank put after its rank}."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, world, f"file:{tmp_path}", out))
+    procs = [ctx.Process(target=target, args=(r, world, f"file:{tmp_path}", out))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -82,6 +83,12 @@ def test_context_batches_from_python(tmp_path, world):
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
+    return got
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_context_batches_from_python(tmp_path, world):
+    got = _run_ranks(_worker, world, tmp_path)
     for rank, (dense, vec, sparse, done, error, after, into, same, tb) in got.items():
         assert tb is None, tb
         assert same
@@ -146,19 +153,7 @@ def _inplace_worker(rank, world, url, out):
 
 def test_sparse_items_are_read_in_place(tmp_path):
     world = 2
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_inplace_worker, args=(r, world, f"file:{tmp_path}", out))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    got = {}
-    for _ in range(world):
-        rank, *rest = out.get(timeout=120)
-        got[rank] = rest
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    got = _run_ranks(_inplace_worker, world, tmp_path)
     for rank, (res, untouched, owns, direct, tb) in got.items():
         assert tb is None, tb
         assert untouched and owns

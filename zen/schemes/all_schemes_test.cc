@@ -225,6 +225,17 @@ std::vector<Case> NarrowGrid() {
 
 INSTANTIATE_TEST_SUITE_P(Narrow, AllSchemesTest, ::testing::ValuesIn(NarrowGrid()), CaseName);
 
+// Rows 20000 (width 1) or 3000 at the given density, skew 1.1.
+SyntheticSpec SmallSpec(int64_t width, double density, uint64_t seed) {
+  SyntheticSpec spec;
+  spec.rows = width == 1 ? 20000 : 3000;
+  spec.width = width;
+  spec.density = density;
+  spec.skew = 1.1;
+  spec.seed = seed;
+  return spec;
+}
+
 // A scheme whose entry says rank_order returns, on every rank, the ranks'
 // values added in ascending rank order, bit for bit: the independent
 // reference is that order written out, ((x0 + x1) + x2) + ..., per element.
@@ -236,13 +247,7 @@ TEST(RankOrder, SchemesThatSaySoSumInAscendingRankOrderBitForBit) {
     for (int world : {3, 4, 8}) {
       for (int64_t width : {1, 8}) {
         SCOPED_TRACE(info.id + " n=" + std::to_string(world) + " width " + std::to_string(width));
-        SyntheticSpec spec;
-        spec.rows = width == 1 ? 20000 : 3000;
-        spec.width = width;
-        spec.density = 0.3;
-        spec.skew = 1.1;
-        spec.seed = 17;
-        const std::vector<SparseTensor> inputs = GenerateSynthetic(spec, world);
+        const std::vector<SparseTensor> inputs = GenerateSynthetic(SmallSpec(width, 0.3, 17), world);
         std::vector<float> want = inputs[0].ToDense();
         for (int r = 1; r < world; ++r) {
           const std::vector<float> x = inputs[static_cast<size_t>(r)].ToDense();
@@ -277,12 +282,7 @@ TEST(ViewInput, EverySchemeSumsAViewAsTheOwnedRowsAndNeverReturnsIt) {
     for (int world : {1, 4}) {
       for (int64_t width : {1, 8}) {
         SCOPED_TRACE(info.id + " n=" + std::to_string(world) + " width " + std::to_string(width));
-        SyntheticSpec spec;
-        spec.rows = width == 1 ? 20000 : 3000;
-        spec.width = width;
-        spec.density = 0.05;
-        spec.skew = 1.1;
-        spec.seed = 23;
+        const SyntheticSpec spec = SmallSpec(width, 0.05, 23);
         const std::vector<SparseTensor> owned = GenerateSynthetic(spec, world);
         std::mutex mu;
         testing::RunRanks(Backend::kInProc, world, [&](Communicator& comm) {
