@@ -142,7 +142,8 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
       }
       // Every id fits int64 (checked above): the same bits read as int64.
       ids_keep = u;
-      id_span = std::span(reinterpret_cast<const int64_t*>(u.data()), static_cast<size_t>(u.size()));
+      id_span = std::span(reinterpret_cast<const int64_t*>(u.data()),
+                          static_cast<size_t>(u.size()));
     } else {
       const auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
       ids_keep = c;

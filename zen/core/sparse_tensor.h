@@ -85,7 +85,9 @@ class SparseTensor {
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
 
-  std::span<const int64_t> ids() const { return view_ ? view_ids_ : std::span<const int64_t>(ids_); }
+  std::span<const int64_t> ids() const {
+    return view_ ? view_ids_ : std::span<const int64_t>(ids_);
+  }
   std::span<const float> values() const {
     return view_ ? view_values_ : std::span<const float>(values_);
   }

@@ -121,7 +121,8 @@ TEST(SparseTensor, ViewIsValidatedLikeFromSorted) {
     }
   };
   const std::vector<int64_t> unsorted = {3, 2}, repeated = {2, 2}, outside = {1, 12};
-  expect_error([&] { SparseTensor::View(10, 1, unsorted, v, "emb"); }, "id 2 at position 1 follows 3");
+  expect_error([&] { SparseTensor::View(10, 1, unsorted, v, "emb"); },
+               "id 2 at position 1 follows 3");
   expect_error([&] { SparseTensor::View(10, 1, repeated, v, "emb"); }, "not sorted and unique");
   expect_error([&] { SparseTensor::View(10, 1, outside, v, "emb"); },
                "id 12 at position 1 is outside [0, 10)");

@@ -247,7 +247,8 @@ TEST(RankOrder, SchemesThatSaySoSumInAscendingRankOrderBitForBit) {
     for (int world : {3, 4, 8}) {
       for (int64_t width : {1, 8}) {
         SCOPED_TRACE(info.id + " n=" + std::to_string(world) + " width " + std::to_string(width));
-        const std::vector<SparseTensor> inputs = GenerateSynthetic(SmallSpec(width, 0.3, 17), world);
+        const std::vector<SparseTensor> inputs =
+            GenerateSynthetic(SmallSpec(width, 0.3, 17), world);
         std::vector<float> want = inputs[0].ToDense();
         for (int r = 1; r < world; ++r) {
           const std::vector<float> x = inputs[static_cast<size_t>(r)].ToDense();
