@@ -41,7 +41,9 @@
 // Usage:
 //   zen::Context ctx(std::move(comm));   // ContextOptions: scheme "auto" by default
 //   std::vector<float> grad_a(rows_a * width_a), grad_b(n_b);
-//   zen::SparseTensor emb = ...;     // this rank's embedding gradient
+//   zen::SparseTensor emb = ...;     // this rank's embedding gradient (e.g.
+//                                    // SparseTensor::View of the framework's
+//                                    // coalesced ids and rows: no copy)
 //   zen::SparseTensor emb_sum;
 //   std::vector<zen::BatchTensor> bucket = {
 //       zen::BatchTensor::Dense("fc.weight", grad_a, rows_a, width_a),
