@@ -124,7 +124,8 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
     return;
   }
   if (scratch.size() < n) scratch.resize(n);
-  std::array<std::array<size_t, kBuckets>, kMaxPasses> count{};
+  std::array<std::array<size_t, kBuckets>, kMaxPasses> count;  // only `passes` of them zeroed
+  for (int p = 0; p < passes; ++p) count[static_cast<size_t>(p)].fill(0);
   for (const uint64_t x : a) {
     for (int p = 0; p < passes; ++p) {
       ++count[static_cast<size_t>(p)][static_cast<size_t>(x >> (shift + p * kDigit)) & (kBuckets - 1)];
