@@ -41,6 +41,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -247,7 +248,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
     if (error.empty()) {
       py::gil_scoped_release release;
       try {
-        *input = SparseInput(t.rows, t.width, ids, values, t.name);
+        *input = SparseTensor::ViewOrCoo(t.rows, t.width, ids, values, t.name);
       } catch (const InvalidArgument& e) {
         error = e.what();
       } catch (const std::bad_alloc&) {

@@ -116,7 +116,7 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
                   const py::object& width_obj, const py::object& ids_obj,
                   const py::object& values_obj, const py::object& name_obj) {
   CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
-  // The arrays are read in place for the call (SparseInput); ids of another
+  // The arrays are read in place for the call (SparseTensor::ViewOrCoo); ids of another
   // integer type or arrays that are not C-contiguous are converted first.
   py::object ids_keep, values_keep;
   std::span<const int64_t> id_span;
@@ -169,7 +169,7 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
     SparseTensor local;
     if (args.error.empty()) {
       try {
-        local = SparseInput(args.rows, args.width, id_span, value_span, args.name);
+        local = SparseTensor::ViewOrCoo(args.rows, args.width, id_span, value_span, args.name);
       } catch (const InvalidArgument& e) {
         args.Fail(e.what());
       } catch (const std::bad_alloc&) {

@@ -15,14 +15,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "zen/core/sparse_tensor.h"
 
 namespace zen::python {
 
@@ -39,22 +34,6 @@ pybind11::array_t<T> ToArray(std::vector<T> data, std::vector<pybind11::ssize_t>
   auto* owned = new std::vector<T>(std::move(data));
   pybind11::capsule free(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
   return pybind11::array_t<T>(std::move(shape), owned->data(), free);
-}
-
-// The sparse input of a call, over the caller's arrays: read where they lie
-// (SparseTensor::View) when the ids are strictly increasing, as a coalesced
-// gradient's are; otherwise copied, sorted and duplicates summed
-// (FromCoo). The arrays must outlive the tensor. InvalidArgument for a bad
-// shape, id or value count (FromCoo's messages); may run without the GIL.
-inline SparseTensor SparseInput(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                                std::span<const float> values, std::string name) {
-  if (std::adjacent_find(ids.begin(), ids.end(),
-                         [](int64_t a, int64_t b) { return b <= a; }) == ids.end()) {
-    return SparseTensor::View(rows, width, ids, values, std::move(name));
-  }
-  return SparseTensor::FromCoo(rows, width, std::vector<int64_t>(ids.begin(), ids.end()),
-                               std::vector<float>(values.begin(), values.end()), Duplicates::kSum,
-                               std::move(name));
 }
 
 void BindErrors(pybind11::module_& m);

@@ -1,7 +1,6 @@
 #include "zen/core/partition.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <string>
 #include <thread>

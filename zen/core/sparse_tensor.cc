@@ -66,15 +66,21 @@ SparseTensor SparseTensor::Empty(int64_t rows, int64_t width, std::string name) 
 
 namespace {
 
-// One pass: every id in range and each above its predecessor (an id out of
-// range is reported before an order violation, as CheckRange would).
-void CheckSortedInRange(std::span<const int64_t> ids, int64_t rows, const std::string& name) {
+// One pass: every id in range (CheckRange's error for the first that is
+// not) and whether each is above its predecessor.
+bool InRangeAndSorted(std::span<const int64_t> ids, int64_t rows, const std::string& name) {
   bool sorted = true;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= rows) CheckRange(ids, rows, name);
     sorted &= i == 0 || ids[i] > ids[i - 1];
   }
-  if (!sorted) {
+  return sorted;
+}
+
+// Every id in range and above its predecessor (an id out of range is
+// reported before an order violation).
+void CheckSortedInRange(std::span<const int64_t> ids, int64_t rows, const std::string& name) {
+  if (!InRangeAndSorted(ids, rows, name)) {
     for (size_t i = 1; i < ids.size(); ++i) {
       if (ids[i] <= ids[i - 1]) {
         throw InvalidArgument(Where{-1, name}, "ids not sorted and unique: id ", ids[i],
@@ -99,6 +105,21 @@ SparseTensor SparseTensor::View(int64_t rows, int64_t width, std::span<const int
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
   CheckSortedInRange(ids, rows, name);
+  return Viewing(rows, width, ids, values, std::move(name));
+}
+
+SparseTensor SparseTensor::ViewOrCoo(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                                     std::span<const float> values, std::string name) {
+  ValidateShape(rows, width, name);
+  CheckValueCount(ids.size(), width, values.size(), name);
+  if (InRangeAndSorted(ids, rows, name)) return Viewing(rows, width, ids, values, std::move(name));
+  return FromCoo(rows, width, std::vector<int64_t>(ids.begin(), ids.end()),
+                 std::vector<float>(values.begin(), values.end()), Duplicates::kSum,
+                 std::move(name));
+}
+
+SparseTensor SparseTensor::Viewing(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                                   std::span<const float> values, std::string name) {
   SparseTensor t(rows, width, {}, {}, std::move(name));
   t.view_ = true;
   t.view_ids_ = ids;
@@ -125,9 +146,7 @@ SparseTensor SparseTensor::FromCoo(int64_t rows, int64_t width, std::vector<int6
                                    std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
-  CheckRange(ids, rows, name);
-  if (std::is_sorted(ids.begin(), ids.end()) &&
-      std::adjacent_find(ids.begin(), ids.end()) == ids.end()) {
+  if (InRangeAndSorted(ids, rows, name)) {
     return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
   }
   std::vector<size_t> order(ids.size());

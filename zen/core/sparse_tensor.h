@@ -65,6 +65,12 @@ class SparseTensor {
   // gradient from a DDP bucket): every row is read where it lies.
   static SparseTensor View(int64_t rows, int64_t width, std::span<const int64_t> ids,
                            std::span<const float> values, std::string name = {});
+  // For arrays handed over in any order (the Python bindings): a View when
+  // the ids are strictly increasing, as a coalesced gradient's are (one
+  // pass checks range and order); otherwise a copy, sorted and duplicates
+  // summed (FromCoo with Duplicates::kSum). Errors as FromCoo's.
+  static SparseTensor ViewOrCoo(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                                std::span<const float> values, std::string name = {});
 
   // From a dense row-major [rows x width] buffer: rows whose values are all
   // zero are skipped (for width 1: zero elements). dense.size() must equal
@@ -129,6 +135,9 @@ class SparseTensor {
  private:
   SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids, std::vector<float> values,
                std::string name);
+  // A view of checked ids and values.
+  static SparseTensor Viewing(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                              std::span<const float> values, std::string name);
   int64_t rows_ = 0;
   int64_t width_ = 0;
   std::vector<int64_t> ids_;  // owned rows (empty for a view)

@@ -151,5 +151,25 @@ TEST(SparseTensor, AViewCopiesItsRowsBeforeTheyAreWrittenOrTaken) {
   EXPECT_THAT(w.ids(), ElementsAre(1, 4));
 }
 
+
+TEST(SparseTensor, ViewOrCooViewsSortedIdsAndCoalescesOthers) {
+  const std::vector<int64_t> sorted = {1, 4, 6}, unsorted = {6, 1, 6};
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  const auto view = SparseTensor::ViewOrCoo(10, 2, sorted, v, "emb");
+  EXPECT_TRUE(view.is_view());
+  EXPECT_EQ(view.ids().data(), sorted.data());
+  const auto summed = SparseTensor::ViewOrCoo(10, 2, unsorted, v, "emb");
+  EXPECT_FALSE(summed.is_view());
+  EXPECT_THAT(summed.ids(), ElementsAre(1, 6));
+  EXPECT_THAT(summed.values(), ElementsAre(3, 4, 6, 8));
+  const std::vector<int64_t> outside = {1, 12};
+  try {
+    SparseTensor::ViewOrCoo(10, 1, outside, std::vector<float>{1, 2}, "emb");
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("id 12 at position 1 is outside [0, 10)"));
+  }
+}
+
 }  // namespace
 }  // namespace zen

@@ -1,7 +1,6 @@
 #include "zen/schemes/zen.h"
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstring>
 

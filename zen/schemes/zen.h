@@ -137,8 +137,8 @@ class ZenScheme final : public Scheme {
     std::vector<KeyItem> order, sort_scratch;
     std::vector<uint64_t> words;         // this server's aggregation, sorted (position, row)
     std::vector<const float*> agg_rows;  // the rows those words index
-    std::vector<uint64_t> result_words;  // element-sparse result, pulled messages' words
-    std::vector<uint64_t> word_scratch;  // either's radix sort
+    std::vector<uint64_t> result_words;  // the result's words: (id, value) or (id, row index)
+    std::vector<uint64_t> word_scratch;  // their radix sorts
     std::vector<const float*> rows;
     RequestList push_requests;  // each collective's requests, from post to finish
     RequestList pull_requests;
