@@ -196,6 +196,11 @@ class LoopPoster final : public gloo::transport::tcp::Handler {
       device_->unregisterDescriptor(fd_, this);  // waits for a loop tick
     } catch (...) {
     }
+    // Gloo's tick wait is a condition-variable wait without a predicate (a
+    // spurious wake-up returns early) and its happens-before annotation is
+    // compiled out of Debian's libgloo: a handleEvents still running is
+    // waited for here, which also shows ThreadSanitizer the order.
+    std::lock_guard running(run_mu_);
     close(fd_);
   }
   LoopPoster(const LoopPoster&) = delete;
@@ -217,6 +222,7 @@ class LoopPoster final : public gloo::transport::tcp::Handler {
   }
 
   void handleEvents(int /*events*/) override {
+    std::lock_guard running(run_mu_);  // uncontended but for the destructor
     uint64_t count = 0;
     while (read(fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
     }
@@ -257,7 +263,8 @@ class LoopPoster final : public gloo::transport::tcp::Handler {
   int fd_ = -1;
   std::mutex mu_;
   std::vector<Op> queued_;   // under mu_
-  std::vector<Op> running_;  // the loop thread's
+  std::mutex run_mu_;        // held by handleEvents, taken by the destructor
+  std::vector<Op> running_;  // under run_mu_ (the loop thread's)
 };
 
 // What one Send or Recv is, for error messages.

@@ -13,7 +13,11 @@ namespace {
 // Bits set in `words` 64-bit words at `bytes` (any alignment); `last` gets
 // the last word. With the popcnt instruction where the CPU has it (chosen at
 // run time; the portable std::popcount is a library call on baseline x86-64).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: a target_clones resolver runs while the dynamic
+// loader relocates, before TSan's runtime starts, and its instrumented code
+// crashes the process.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("popcnt", "default")))
 #endif
 size_t CountBits(const std::byte* bytes, size_t words, uint64_t& last) {

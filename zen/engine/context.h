@@ -174,7 +174,8 @@ class Context {
   // entries point to) must stay valid until the handle completes.
   // `on_done`, if set, runs on the progress thread when the batch
   // completes, with its error or nullptr (a binding completes its future
-  // there); it must not throw.
+  // there); it must not throw. It runs just after the handle is marked
+  // done, so a Wait() may return before it has run; Drain() waits for it.
   Handle Start(std::string name, std::vector<BatchTensor>& tensors,
                std::function<void(std::exception_ptr)> on_done = {});
 

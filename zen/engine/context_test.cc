@@ -5,9 +5,11 @@
 #include <bit>
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -728,6 +730,72 @@ TEST_P(ContextTest, CompletionCallbackRunsOnce) {
         std::lock_guard lock(mu_);
         EXPECT_EQ(ok.load(), 2) << "rank " << r;
         EXPECT_EQ(failed.load(), 1) << "rank " << r;
+      },
+      kTimeout);
+}
+
+// What a framework does (torch futures, a DDP hook): one thread starts the
+// batches, another polls Test() and then waits, and on_done (progress
+// thread) records the completion. Every sum equals the reference, read on
+// a thread that did not start the batch once its handle completes; on_done
+// ran once per batch (it runs after the handle completes: Drain() waits for
+// it). scripts/tsan checks the order of these accesses.
+TEST_P(ContextTest, HandlesCompleteOnOtherThreads) {
+  const Bucket b;
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        Context ctx(comm, Opt(GetParam()));
+        constexpr int kBatches = 4;
+        std::vector<std::vector<float>> dense(kBatches);
+        std::vector<SparseTensor> sums(kBatches);
+        std::vector<std::vector<BatchTensor>> batches(kBatches);
+        std::vector<Handle> handles(kBatches);
+        std::vector<int> done_calls(kBatches, 0);  // written by on_done
+        std::mutex handles_mu;
+        std::condition_variable started;
+        int count = 0;  // handles started, under handles_mu
+        std::thread waiter([&] {
+          for (int k = 0; k < kBatches; ++k) {
+            Handle h;
+            {
+              std::unique_lock lock(handles_mu);
+              started.wait(lock, [&] { return count > k; });
+              h = handles[static_cast<size_t>(k)];
+            }
+            while (!h.Test()) std::this_thread::yield();
+            h.Wait();
+            const Agreement d = DenseReference(b.inputs[1]).CompareDense(dense[k]);
+            const Agreement s = DenseReference(b.inputs[3]).Compare(sums[k]);
+            std::lock_guard lock(mu_);
+            EXPECT_LE(d.max_rel_error, 1e-5) << "rank " << r << " batch " << k;
+            EXPECT_EQ(d.rows_mismatch, 0) << "rank " << r << " batch " << k;
+            EXPECT_LE(s.max_rel_error, 1e-5) << "rank " << r << " batch " << k;
+            EXPECT_EQ(s.rows_mismatch, 0) << "rank " << r << " batch " << k;
+          }
+        });
+        for (int k = 0; k < kBatches; ++k) {
+          const size_t i = static_cast<size_t>(k);
+          dense[i] = b.inputs[1][r].ToDense();
+          batches[i].push_back(BatchTensor::Dense(b.names[1], dense[i], 37, 1));
+          batches[i].push_back(BatchTensor::Sparse(b.names[3], b.inputs[3][r], &sums[i]));
+          Handle h = ctx.Start("bucket" + std::to_string(k), batches[i],
+                               [&done_calls, i](std::exception_ptr e) {
+                                 if (!e) ++done_calls[i];
+                               });
+          std::lock_guard lock(handles_mu);
+          handles[i] = h;
+          ++count;
+          started.notify_one();
+        }
+        waiter.join();
+        // on_done runs after the handle completes: Drain() waits for it.
+        ctx.Drain();
+        std::lock_guard lock(mu_);
+        for (int k = 0; k < kBatches; ++k) {
+          EXPECT_EQ(done_calls[static_cast<size_t>(k)], 1) << "rank " << r << " batch " << k;
+        }
       },
       kTimeout);
 }
