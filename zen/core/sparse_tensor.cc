@@ -113,9 +113,7 @@ SparseTensor SparseTensor::ViewOrCoo(int64_t rows, int64_t width, std::span<cons
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
   if (InRangeAndSorted(ids, rows, name)) return Viewing(rows, width, ids, values, std::move(name));
-  return FromCoo(rows, width, std::vector<int64_t>(ids.begin(), ids.end()),
-                 std::vector<float>(values.begin(), values.end()), Duplicates::kSum,
-                 std::move(name));
+  return Coalesced(rows, width, ids, values, Duplicates::kSum, std::move(name));
 }
 
 SparseTensor SparseTensor::Viewing(int64_t rows, int64_t width, std::span<const int64_t> ids,
@@ -149,6 +147,12 @@ SparseTensor SparseTensor::FromCoo(int64_t rows, int64_t width, std::vector<int6
   if (InRangeAndSorted(ids, rows, name)) {
     return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
   }
+  return Coalesced(rows, width, ids, values, duplicates, std::move(name));
+}
+
+SparseTensor SparseTensor::Coalesced(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                                     std::span<const float> values, Duplicates duplicates,
+                                     std::string name) {
   std::vector<size_t> order(ids.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });

@@ -138,6 +138,11 @@ class SparseTensor {
   // A view of checked ids and values.
   static SparseTensor Viewing(int64_t rows, int64_t width, std::span<const int64_t> ids,
                               std::span<const float> values, std::string name);
+  // Checked ids in any order and their values, sorted into a new tensor
+  // (stable: duplicates summed in input order, or rejected).
+  static SparseTensor Coalesced(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                                std::span<const float> values, Duplicates duplicates,
+                                std::string name);
   int64_t rows_ = 0;
   int64_t width_ = 0;
   std::vector<int64_t> ids_;  // owned rows (empty for a view)

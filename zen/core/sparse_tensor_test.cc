@@ -151,7 +151,6 @@ TEST(SparseTensor, AViewCopiesItsRowsBeforeTheyAreWrittenOrTaken) {
   EXPECT_THAT(w.ids(), ElementsAre(1, 4));
 }
 
-
 TEST(SparseTensor, ViewOrCooViewsSortedIdsAndCoalescesOthers) {
   const std::vector<int64_t> sorted = {1, 4, 6}, unsorted = {6, 1, 6};
   const std::vector<float> v = {1, 2, 3, 4, 5, 6};
