@@ -179,8 +179,10 @@ void AutoScheme::RunTrial(TensorState& state, Communicator& comm,
 void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
   AutoDecision& d = state.decision;
   const size_t calls = state.round_times.size();
-  const auto gathered =
-      AllGatherV(comm, std::as_bytes(std::span<const double>(state.round_times)));
+  // Every rank timed the same calls: a peer may send exactly as many bytes
+  // (more is a FormatError before anything is allocated for them).
+  const auto gathered = AllGatherV(comm, std::as_bytes(std::span<const double>(state.round_times)),
+                                   static_cast<int64_t>(calls * sizeof(double)));
   // Per call, the slowest rank's time (every rank computes the same).
   std::vector<double> slowest(calls, 0.0);
   for (size_t r = 0; r < gathered.size(); ++r) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdlib>
 #include <thread>
 #include <map>
@@ -20,6 +21,7 @@
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/testing/reference.h"
+#include "zen/testing/scripted_communicator.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {
@@ -417,6 +419,44 @@ TEST(AutoSchemeTest, OneShortlistedCandidateIsNotTimed) {
       EXPECT_TRUE(d->trials.empty());
       EXPECT_EQ(d->chosen, d->predicted);
     });
+  }
+}
+
+// The trial round's times are received data: a peer announcing more than
+// its times (one double per timed call) is a FormatError before anything
+// is allocated (a regression test: the gather was unbounded, so a peer's
+// length prefix of 2^40 bytes was allocated).
+TEST(AutoSchemeTest, PeerAnnouncingHugeTrialTimesIsFormatError) {
+  const SparseTensor local =
+      GenerateSyntheticRank(ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.05,seed=5"), 0);
+  constexpr size_t kTimed = 2;  // candidates, each timed once: 2 doubles per rank
+  constexpr int64_t kLie = int64_t{1} << 40;
+  int lies = 0;
+  testing::ScriptedComm comm(
+      [&](Tag, size_t size, std::deque<ByteBuffer>& sent) {
+        if (static_cast<int64_t>(size) == kLie) {
+          throw std::runtime_error("auto asked for the announced 2^40 bytes");
+        }
+        ByteBuffer b = std::move(sent.front());  // mirror rank 0
+        sent.pop_front();
+        return b;
+      },
+      [&](Tag, int64_t truth) {
+        if (truth != static_cast<int64_t>(kTimed * sizeof(double))) return truth;
+        ++lies;
+        return kLie;
+      });
+  AutoOptions options;
+  options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/0};
+  options.trial = {/*candidates=*/kTimed, /*within=*/1e9, /*calls_each=*/1, /*drop=*/1.5};
+  AutoScheme scheme(BuiltinSchemes(), options);
+  try {
+    for (int call = 0; call < 4; ++call) scheme.Sync(comm, local);
+    ADD_FAILURE() << "the trial round ended without an error (" << lies << " lies)";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(lies, 1);
+    EXPECT_NE(std::string(e.what()).find("announces 1099511627776 bytes"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -41,14 +41,16 @@ std::vector<int64_t> CountPerRange(std::span<const int64_t> sorted,
   return out;
 }
 
-// Fractions of counts (or of range sizes when all counts are zero).
-std::vector<double> Shares(const std::vector<int64_t>& counts, const std::vector<int64_t>& bounds) {
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
+// Fractions of counts (or of range sizes when all counts are zero). The
+// counts are added as doubles: the ranks' counts together may pass int64.
+template <typename Count>
+std::vector<double> Shares(const std::vector<Count>& counts, const std::vector<int64_t>& bounds) {
+  double total = 0;
+  for (const Count c : counts) total += static_cast<double>(c);
   std::vector<double> out(counts.size());
   const double span = static_cast<double>(bounds.back() - bounds.front());
   for (size_t o = 0; o < counts.size(); ++o) {
-    out[o] = total > 0 ? static_cast<double>(counts[o]) / static_cast<double>(total)
+    out[o] = total > 0 ? static_cast<double>(counts[o]) / total
                        : static_cast<double>(bounds[o + 1] - bounds[o]) / std::max(1.0, span);
   }
   return out;
@@ -69,7 +71,14 @@ std::vector<int64_t> Serialize(const RankSummary& s) {
   return out;
 }
 
-RankSummary Deserialize(std::span<const std::byte> bytes, int n, int64_t rows, const Where& where,
+// A peer's summary, checked against what it must hold: its nnz as it
+// announced in the count round, counts that are non-negative and add up
+// (rows per range to nnz, blocks per range to blocks, blocks at most
+// `block_count`), sampled ids increasing inside [0, rows), at most nnz of
+// them. A lie is a FormatError naming the peer (its counts are added to the
+// other ranks' after this).
+RankSummary Deserialize(std::span<const std::byte> bytes, int n, int64_t rows,
+                        int64_t announced_nnz, int64_t block_count, const Where& where,
                         int sender) {
   const size_t head = 2 + 2 * static_cast<size_t>(n);
   if (bytes.size() % sizeof(int64_t) != 0 || bytes.size() / sizeof(int64_t) < head) {
@@ -84,15 +93,41 @@ RankSummary Deserialize(std::span<const std::byte> bytes, int n, int64_t rows, c
   s.range_rows.assign(v.begin() + 2, v.begin() + 2 + n);
   s.range_blocks.assign(v.begin() + 2 + n, v.begin() + static_cast<std::ptrdiff_t>(head));
   s.sampled_ids.assign(v.begin() + static_cast<std::ptrdiff_t>(head), v.end());
+  if (s.nnz != announced_nnz) {
+    throw FormatError(where, "profile summary from rank ", sender, " holds ", s.nnz,
+                      " rows, but the rank announced ", announced_nnz, " in the count round");
+  }
+  if (s.blocks < 0 || s.blocks > block_count) {
+    throw FormatError(where, "profile summary from rank ", sender, " holds ", s.blocks,
+                      " blocks, outside [0, ", block_count, "]");
+  }
+  // Each range's count in [0, total], and the counts add up to total.
+  auto check_ranges = [&](const std::vector<int64_t>& counts, int64_t total, const char* what) {
+    int64_t sum = 0;
+    for (size_t o = 0; o < counts.size(); ++o) {
+      if (counts[o] < 0 || counts[o] > total || !TryAdd(sum, counts[o], sum) || sum > total) {
+        throw FormatError(where, "profile summary from rank ", sender, " counts ", counts[o], " ",
+                          what, " in range ", o, "; its ranges must count its ", total, " ", what,
+                          " once each");
+      }
+    }
+    if (sum != total) {
+      throw FormatError(where, "profile summary from rank ", sender, " counts ", sum, " ", what,
+                        " over its ranges, not its ", total, " ", what);
+    }
+  };
+  check_ranges(s.range_rows, s.nnz, "rows");
+  check_ranges(s.range_blocks, s.blocks, "blocks");
+  if (s.sampled_ids.size() > static_cast<size_t>(s.nnz)) {
+    throw FormatError(where, "profile summary from rank ", sender, " samples ",
+                      s.sampled_ids.size(), " ids of its ", s.nnz, " rows");
+  }
   for (size_t i = 0; i < s.sampled_ids.size(); ++i) {
     const int64_t id = s.sampled_ids[i];
     if (id < 0 || id >= rows || (i > 0 && id <= s.sampled_ids[i - 1])) {
       throw FormatError(where, "profile summary from rank ", sender, " holds sampled id ", id,
                         " at position ", i, ": ids must be increasing and inside [0, ", rows, ")");
     }
-  }
-  if (s.nnz < 0 || s.nnz > rows) {
-    throw FormatError(where, "profile summary from rank ", sender, " announces ", s.nnz, " rows");
   }
   return s;
 }
@@ -141,15 +176,16 @@ WorkloadProfile CombineSummaries(std::span<const RankSummary> ranks, int64_t row
   const int64_t nb = OmniBlockCount(rows, width, block_values);
   const std::vector<int64_t> block_bounds = BalancedChunkBounds(nb, n);
 
+  // Added as doubles: n ranks' counts of up to `rows` each may pass int64.
   double nnz = 0, blocks = 0;
-  std::vector<int64_t> range_rows(static_cast<size_t>(n), 0),
-      range_blocks(static_cast<size_t>(n), 0);
+  std::vector<double> range_rows(static_cast<size_t>(n), 0);
+  std::vector<double> range_blocks(static_cast<size_t>(n), 0);
   for (const RankSummary& r : ranks) {
     nnz += static_cast<double>(r.nnz);
     blocks += static_cast<double>(r.blocks);
-    for (int o = 0; o < n; ++o) {
-      range_rows[static_cast<size_t>(o)] += r.range_rows[static_cast<size_t>(o)];
-      range_blocks[static_cast<size_t>(o)] += r.range_blocks[static_cast<size_t>(o)];
+    for (size_t o = 0; o < static_cast<size_t>(n); ++o) {
+      range_rows[o] += static_cast<double>(r.range_rows[o]);
+      range_blocks[o] += static_cast<double>(r.range_blocks[o]);
     }
   }
   s.density = nnz / n / static_cast<double>(rows);
@@ -221,10 +257,12 @@ WorkloadProfile MeasureProfile(Communicator& comm, const SparseTensor& local,
   const std::vector<ByteBuffer> all = AllGatherV(comm, AsBytes(wire), bound);
   std::vector<RankSummary> ranks;
   const Where where{comm.rank(), local.name()};
+  const int64_t block_count = OmniBlockCount(local.rows(), local.width(), options.block_values);
   for (int q = 0; q < n; ++q) {
-    ranks.push_back(q == comm.rank()
-                        ? mine
-                        : Deserialize(all[static_cast<size_t>(q)], n, local.rows(), where, q));
+    const size_t uq = static_cast<size_t>(q);
+    ranks.push_back(q == comm.rank() ? mine
+                                     : Deserialize(all[uq], n, local.rows(), nnz[uq], block_count,
+                                                   where, q));
   }
   return CombineSummaries(ranks, local.rows(), local.width(), options.block_values);
 }

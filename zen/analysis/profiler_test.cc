@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <deque>
+#include <functional>
 #include <mutex>
 
 #include "zen/testing/ranks.h"
+#include "zen/testing/scripted_communicator.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {
@@ -93,6 +97,56 @@ TEST(ProfilerTest, ScheduleProfilesWarmupThenEveryK) {
     counts[static_cast<size_t>(comm.rank())] = profiler.measurements();
   });
   EXPECT_EQ(counts, (std::vector<int64_t>{4, 4}));
+}
+
+// A peer's summary is received data: counts that lie (negative, past the
+// rows, not adding up to the rows it announced) are a FormatError naming the
+// peer, not signed overflow while the ranks' counts are added (a regression
+// test: zen_fuzz_batch found UBSan's "signed integer overflow" in Shares).
+TEST(ProfilerTest, PeerSummaryThatLiesIsFormatError) {
+  const SparseTensor local =
+      GenerateSyntheticRank(ParseSyntheticSpec("zipf:rows=3000,width=3,density=0.05,seed=7"), 0);
+  // The summary's words, world 2: nnz, blocks, rows per range (2), blocks
+  // per range (2), then the sampled ids. The peer mirrors rank 0's summary
+  // with one word replaced.
+  struct Lie {
+    const char* what;
+    size_t word;
+    std::function<int64_t(const std::vector<int64_t>&)> value;
+  };
+  const Lie lies[] = {
+      {"rows", 2, [](const auto&) { return INT64_MAX - 1; }},
+      {"rows", 2, [](const auto& v) { return -v[3]; }},
+      {"rows", 3, [](const auto& v) { return v[3] + 1; }},
+      {"blocks", 1, [](const auto&) { return INT64_MAX; }},
+      {"blocks", 4, [](const auto&) { return INT64_MAX; }},
+      {"blocks", 5, [](const auto& v) { return v[5] - 1; }},
+      {"announced", 0, [](const auto& v) { return v[0] - 1; }},
+  };
+  for (const Lie& lie : lies) {
+    int lied = 0;
+    testing::ScriptedComm comm([&](Tag, size_t, std::deque<ByteBuffer>& sent) {
+      ByteBuffer b = std::move(sent.front());
+      sent.pop_front();
+      if (b.size() > sizeof(int64_t)) {  // the summary (nnz alone is one word)
+        std::vector<int64_t> v(b.size() / sizeof(int64_t));
+        std::memcpy(v.data(), b.data(), b.size());
+        v[lie.word] = lie.value(v);
+        std::memcpy(b.data(), v.data(), b.size());
+        ++lied;
+      }
+      return b;
+    });
+    try {
+      MeasureProfile(comm, local, ProfilerOptions{});
+      ADD_FAILURE() << "a summary with word " << lie.word << " lying was accepted";
+    } catch (const FormatError& e) {
+      EXPECT_EQ(lied, 1);
+      const std::string what = e.what();
+      EXPECT_NE(what.find("from rank 1"), std::string::npos) << what;
+      EXPECT_NE(what.find(lie.what), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace
