@@ -30,6 +30,7 @@
 #include "zen/comm/communicator.h"
 #include "zen/core/error.h"
 #include "zen/core/sparse_tensor.h"
+#include "zen/engine/context.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen::fuzz {
@@ -252,6 +253,105 @@ struct CooCase {
     return {static_cast<uint8_t>(r & 0xff), static_cast<uint8_t>(r >> 8),
             static_cast<uint8_t>(width - 1), static_cast<uint8_t>(sender)};
   }
+};
+
+// ---- batch_fuzz: a zen::Context batch on rank 0 whose peers are the input ----
+
+// Parameter bytes: default scheme index (into AllSchemes().ids(), modulo
+// their number), world (2..4), the batch's tensors (bits below), rows
+// selector, density selector. The tensors, in this order:
+//   bit 0  "fc.weight"  dense, [12 x 4]
+//   bit 1  "fc.bias"    dense, [5]
+//   bit 2  "emb"        sparse, width 3, the sum into a SparseTensor
+//   bit 3  "topk"       sparse, width 1, the mean into a dense buffer (SparseInto)
+//   bit 4  "emb.own"    sparse, width 3, with its own scheme (sparcml)
+//   bit 5  "ring"       dense, [40], scheme zen with a sum order
+//   bit 6  "emb"'s values travel as bfloat16 (scheme zen only; an error otherwise)
+// No tensor bit set: "emb" alone. The sparse tensors are synthetic (spec
+// below, each rank its own); the dense ones a function of the rank.
+struct BatchCase {
+  size_t scheme = 0;
+  int world = 2;
+  uint8_t tensors = 0;
+  SyntheticSpec spec;
+
+  static BatchCase Read(Input& in) {
+    BatchCase c;
+    c.scheme = in.Byte();
+    c.world = 2 + in.Byte() % 3;
+    c.tensors = in.Byte();
+    c.spec.rows = 64 + in.Byte() * 37;
+    c.spec.density = (1 + in.Byte() % 100) / 100.0;
+    c.spec.skew = 1.1;
+    c.spec.seed = 23;
+    return c;
+  }
+  std::vector<uint8_t> Header() const {
+    return {static_cast<uint8_t>(scheme), static_cast<uint8_t>(world - 2), tensors,
+            static_cast<uint8_t>((spec.rows - 64) / 37),
+            static_cast<uint8_t>(static_cast<int>(spec.density * 100 + 0.5) - 1)};
+  }
+  bool has(int bit) const { return (tensors & 0x3f) == 0 ? bit == 2 : (tensors >> bit) & 1; }
+};
+
+// One rank's batch of a BatchCase: the tensors and the storage they point
+// to (fixed members: the BatchTensors hold pointers into them).
+class Batch {
+ public:
+  Batch(const BatchCase& c, int rank) {
+    SyntheticSpec wide = c.spec;
+    wide.width = 3;
+    SyntheticSpec narrow = c.spec;
+    narrow.width = 1;
+    narrow.seed = c.spec.seed + 1;
+    emb_ = GenerateSyntheticRank(wide, rank);
+    topk_ = GenerateSyntheticRank(narrow, rank);
+    wide.seed = c.spec.seed + 2;
+    own_ = GenerateSyntheticRank(wide, rank);
+    auto fill = [rank](std::vector<float>& v, size_t n) {
+      v.resize(n);
+      const size_t r = static_cast<size_t>(rank);
+      for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7 + 3 * r) % 11) - 5.0f;
+    };
+    fill(weight_, 12 * 4);
+    fill(bias_, 5);
+    fill(ring_, 40);
+    topk_into_.assign(static_cast<size_t>(c.spec.rows), 0.0f);
+    if (c.has(0)) tensors.push_back(BatchTensor::Dense("fc.weight", weight_, 12, 4));
+    if (c.has(1)) tensors.push_back(BatchTensor::Dense("fc.bias", bias_, 5, 1));
+    if (c.has(2)) {
+      tensors.push_back(BatchTensor::Sparse("emb", emb_, &emb_sum_));
+      if (c.tensors & 0x40) tensors.back().values = WireValues::kBfloat16;
+    }
+    if (c.has(3)) {
+      tensors.push_back(BatchTensor::SparseInto("topk", topk_, topk_into_,
+                                                static_cast<float>(c.world)));
+    }
+    if (c.has(4)) {
+      tensors.push_back(BatchTensor::Sparse("emb.own", own_, &own_sum_));
+      tensors.back().scheme = "sparcml";
+    }
+    if (c.has(5)) {
+      tensors.push_back(BatchTensor::Dense("ring", ring_, 40, 1));
+      tensors.back().scheme = "zen";
+      tensors.back().sum_order = {{0, 1 % c.world}, {17, 0}};
+    }
+  }
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  // What a successful batch promises: well-formed sums of the right shapes.
+  void Check(const BatchCase& c) const {
+    if (c.has(2)) CheckTensor(emb_sum_, c.spec.rows, 3);
+    if (c.has(4)) CheckTensor(own_sum_, c.spec.rows, 3);
+    if (topk_into_.size() != static_cast<size_t>(c.spec.rows)) Fail("dense output resized");
+  }
+
+  std::vector<BatchTensor> tensors;
+
+ private:
+  SparseTensor emb_, topk_, own_, emb_sum_, own_sum_;
+  std::vector<float> weight_, bias_, ring_, topk_into_;
 };
 
 }  // namespace zen::fuzz

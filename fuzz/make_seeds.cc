@@ -241,6 +241,61 @@ void SyntheticSeeds(const fs::path& dir) {
   }
 }
 
+// ---- batch_fuzz: recorded Context batches ----
+
+std::vector<uint8_t> RecordBatch(const BatchCase& c, const std::string& scheme) {
+  InProcFabric fabric(c.world);
+  std::vector<uint8_t> log;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.world; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm = fabric.Connect(r, std::chrono::seconds(10));
+      if (r == 0) comm = std::make_unique<RecordingComm>(std::move(comm), log);
+      ContextOptions options;
+      options.scheme = scheme;
+      options.scheme_options.threads = 1;
+      Batch batch(c, r);
+      Context ctx(*comm, options);
+      ctx.Sync("fuzz", batch.tensors);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return log;
+}
+
+void BatchSeeds(const fs::path& dir) {
+  const std::vector<std::string> ids = AllSchemes().ids();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (const uint8_t tensors : {uint8_t{0x3f}, uint8_t{0x7f}}) {
+      if ((tensors & 0x40) && ids[i] != "zen") continue;  // bfloat16 values need zen
+      BatchCase c;
+      c.scheme = i;
+      c.world = 3;
+      c.tensors = tensors;
+      c.spec.rows = 64 + 6 * 37;
+      c.spec.density = 0.1;
+      const std::vector<uint8_t> log = RecordBatch(c, ids[i]);
+      // The seed must replay through StreamComm, as batch_fuzz runs it, to
+      // a successful batch.
+      StreamComm comm(c.world, std::as_bytes(std::span(log.data(), log.size())));
+      ContextOptions options;
+      options.scheme = ids[i];
+      options.scheme_options.threads = 1;
+      Batch batch(c, 0);
+      Context ctx(comm, options);
+      try {
+        ctx.Sync("fuzz", batch.tensors);
+        batch.Check(c);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "batch seed for %s does not replay: %s\n", ids[i].c_str(), e.what());
+        std::exit(1);
+      }
+      Write(dir, "seed-" + ids[i] + (tensors & 0x40 ? "-bf16" : ""), c.Header(),
+            std::as_bytes(std::span(log.data(), log.size())));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zen::fuzz
 
@@ -256,5 +311,6 @@ int main(int argc, char** argv) {
   zen::fuzz::PeerSeeds(root / "peer");
   zen::fuzz::ShapesSeeds(root / "shapes");
   zen::fuzz::SyntheticSeeds(root / "synthetic");
+  zen::fuzz::BatchSeeds(root / "batch");
   return 0;
 }

@@ -1,0 +1,28 @@
+// libFuzzer target: one zen::Context batch (dense and sparse tensors,
+// coalesced groups, a tensor with its own scheme, a sum order, half-width
+// wire values; BatchCase) on rank 0 of a world of 2-4 whose peers are the
+// fuzz input (StreamComm): the batch's metadata round, the second round that
+// names a differing tensor, and each group's scheme exchange. Whatever the
+// peers send, the batch must end in a zen error from Wait() or well-formed
+// sums; never a crash, a hang or an exception outside the error model.
+// Input: BatchCase parameters, then the stream.
+#include "fuzz/fuzz_cases.h"
+#include "zen/analysis/auto_scheme.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::vector<std::string> ids = zen::AllSchemes().ids();
+  zen::fuzz::Input in(data, size);
+  const zen::fuzz::BatchCase c = zen::fuzz::BatchCase::Read(in);
+  zen::fuzz::Batch batch(c, 0);
+  zen::fuzz::StreamComm comm(c.world, in.Rest());
+  zen::ContextOptions options;
+  options.scheme = ids[c.scheme % ids.size()];
+  options.scheme_options.threads = 1;
+  zen::Context ctx(comm, options);
+  try {
+    ctx.Sync("fuzz", batch.tensors);
+    batch.Check(c);
+  } catch (const zen::Error&) {
+  }
+  return 0;
+}
