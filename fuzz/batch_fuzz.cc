@@ -1,7 +1,7 @@
 // libFuzzer target: one zen::Context batch (dense and sparse tensors,
 // coalesced groups, a tensor with its own scheme, a sum order, half-width
 // wire values; BatchCase) on rank 0 of a world of 2-4 whose peers are the
-// fuzz input (StreamComm): the batch's metadata round, the second round that
+// fuzz input (StreamComm), one or two batches: each batch's metadata round, the second round that
 // names a differing tensor, and each group's scheme exchange. Whatever the
 // peers send, the batch must end in a zen error from Wait() or well-formed
 // sums; never a crash, a hang or an exception outside the error model.
@@ -20,8 +20,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.scheme_options.threads = 1;
   zen::Context ctx(comm, options);
   try {
-    ctx.Sync("fuzz", batch.tensors);
-    batch.Check(c);
+    for (int b = 0; b < c.batches(); ++b) {
+      ctx.Sync("fuzz", batch.tensors);
+      batch.Check(c);
+    }
   } catch (const zen::Error&) {
   }
   return 0;

@@ -73,11 +73,14 @@ inline void CheckTensor(const SparseTensor& t, int64_t rows, int64_t width) {
 // ---- peer_fuzz: a scheme on rank 0 whose peers are the fuzz input ----
 
 // Parameter bytes: scheme index, world (2..4), flags (bit 0: dense-buffer
-// entry; bit 1: width 3 instead of 1), rows selector, density selector.
+// entry; bit 1: width 3 instead of 1; bits 2-3: calls - 1, at most 3 calls
+// of one scheme object over the stream: state kept across calls, auto's
+// trial rounds), rows selector, density selector.
 struct PeerCase {
   size_t scheme = 0;  // index into AllSchemes().ids(), modulo their number
   int world = 2;
   bool dense = false;
+  int calls = 1;
   SyntheticSpec spec;
 
   static PeerCase Read(Input& in) {
@@ -86,6 +89,7 @@ struct PeerCase {
     c.world = 2 + in.Byte() % 3;
     const uint8_t flags = in.Byte();
     c.dense = flags & 1;
+    c.calls = 1 + ((flags >> 2) & 3) % 3;
     c.spec.width = (flags & 2) ? 3 : 1;
     c.spec.rows = 64 + in.Byte() * 37;
     c.spec.density = (1 + in.Byte() % 100) / 100.0;
@@ -95,7 +99,7 @@ struct PeerCase {
   }
   std::vector<uint8_t> Header() const {
     return {static_cast<uint8_t>(scheme), static_cast<uint8_t>(world - 2),
-            static_cast<uint8_t>((dense ? 1 : 0) | (spec.width == 3 ? 2 : 0)),
+            static_cast<uint8_t>((dense ? 1 : 0) | (spec.width == 3 ? 2 : 0) | (calls - 1) << 2),
             static_cast<uint8_t>((spec.rows - 64) / 37),
             static_cast<uint8_t>(static_cast<int>(spec.density * 100 + 0.5) - 1)};
   }
@@ -267,6 +271,8 @@ struct CooCase {
 //   bit 4  "emb.own"    sparse, width 3, with its own scheme (sparcml)
 //   bit 5  "ring"       dense, [40], scheme zen with a sum order
 //   bit 6  "emb"'s values travel as bfloat16 (scheme zen only; an error otherwise)
+//   bit 7  two batches of these tensors, one after the other (the schemes'
+//          state kept across them, auto's trials reached)
 // No tensor bit set: "emb" alone. The sparse tensors are synthetic (spec
 // below, each rank its own); the dense ones a function of the rank.
 struct BatchCase {
@@ -292,6 +298,7 @@ struct BatchCase {
             static_cast<uint8_t>(static_cast<int>(spec.density * 100 + 0.5) - 1)};
   }
   bool has(int bit) const { return (tensors & 0x3f) == 0 ? bit == 2 : (tensors >> bit) & 1; }
+  int batches() const { return 1 + (tensors >> 7); }
 };
 
 // One rank's batch of a BatchCase: the tensors and the storage they point

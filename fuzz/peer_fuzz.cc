@@ -1,5 +1,6 @@
 // libFuzzer target: every registered scheme (auto included) on rank 0 of a
-// world of 2-4 whose peers are the fuzz input (StreamComm): the metadata
+// world of 2-4 whose peers are the fuzz input (StreamComm), for 1-3 calls
+// of one scheme object (its state kept across calls): the metadata
 // exchange, counts, headers, COO / bitmap / block / dense messages, the
 // profiler's summaries. Whatever the peers send, rank 0 must end in a zen
 // error or a well-formed sum; never a crash, a hang, an exception outside
@@ -20,11 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   local.set_name("fuzz");
   zen::fuzz::StreamComm comm(c.world, in.Rest());
   try {
-    if (c.dense) {
-      std::vector<float> buffer = local.ToDense();
-      scheme->SyncDense(comm, buffer, c.spec.rows, c.spec.width, "fuzz");
-    } else {
-      zen::fuzz::CheckTensor(scheme->Sync(comm, local), c.spec.rows, c.spec.width);
+    for (int call = 0; call < c.calls; ++call) {
+      if (c.dense) {
+        std::vector<float> buffer = local.ToDense();
+        scheme->SyncDense(comm, buffer, c.spec.rows, c.spec.width, "fuzz");
+      } else {
+        zen::fuzz::CheckTensor(scheme->Sync(comm, local), c.spec.rows, c.spec.width);
+      }
     }
   } catch (const zen::Error&) {
   }
