@@ -281,7 +281,9 @@ json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& 
   }
   if (config.progress && comm.rank() == 0) std::fprintf(stderr, "\r%70s\r", "");
   const std::string text = json(mine).dump();
-  const auto gathered = AllGatherV(comm, std::as_bytes(std::span<const char>(text)));
+  // A rank's report is a few KiB (its times and counters per scheme).
+  const auto gathered =
+      AllGatherV(comm, std::as_bytes(std::span<const char>(text)), int64_t{64} << 20);
   // Every rank builds the report (so that every rank knows the verdict and
   // exits accordingly); rank 0 prints it.
   std::vector<std::vector<json>> by_rank;

@@ -8,8 +8,10 @@
 //
 // Usage:
 //   // Each rank sends per_peer[p] to rank p and gets what every p sent it.
-//   std::vector<std::vector<std::byte>> got = zen::AllToAllV(comm, per_peer);
-//   std::vector<std::vector<std::byte>> all = zen::AllGatherV(comm, mine);
+//   // max_bytes: the largest message this caller can decode (required: a
+//   // peer's length prefix is received data).
+//   std::vector<std::vector<std::byte>> got = zen::AllToAllV(comm, per_peer, max_bytes);
+//   std::vector<std::vector<std::byte>> all = zen::AllGatherV(comm, mine, max_bytes);
 //   zen::Barrier(comm);
 #pragma once
 
@@ -24,7 +26,10 @@
 
 namespace zen {
 
-// No bound on a received message (the default of max_recv_bytes below).
+// No bound on a received message. The bound is a required argument (a
+// peer's announced length is received data, and an unbounded receive in
+// auto's trial round once allocated whatever a peer announced): library
+// code passes the largest message it can decode; kAnyBytes is for tests.
 inline constexpr int64_t kAnyBytes = INT64_MAX;
 
 // Each rank passes send_counts[p] for every p; returns recv_counts[p], the
@@ -37,25 +42,25 @@ std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t>
 // sending more than max_recv_bytes is a FormatError raised before anything
 // that large is allocated (pass the largest message the caller can decode).
 std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                                  int64_t max_recv_bytes = kAnyBytes);
+                                  int64_t max_recv_bytes);
 
 // Same, when receive sizes are already known (recv_sizes[p] from rank p,
 // e.g. from ExchangeCounts).
 std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
                                        std::span<const int64_t> recv_sizes,
-                                       int64_t max_recv_bytes = kAnyBytes);
+                                       int64_t max_recv_bytes);
 
 // Every rank contributes `mine`; returns all contributions indexed by rank.
 // One round, bounded like AllToAllV.
 std::vector<ByteBuffer> AllGatherV(Communicator& comm, std::span<const std::byte> mine,
-                                   int64_t max_recv_bytes = kAnyBytes);
+                                   int64_t max_recv_bytes);
 
 // Every rank contributes one int64; returns all of them indexed by rank.
 std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine);
 
 // Root's data is returned on every rank.
 ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data,
-                     int64_t max_recv_bytes = kAnyBytes);
+                     int64_t max_recv_bytes);
 
 // Buffer-reusing forms (ZEN's hot path): `out` is resized to n and each
 // out[p] keeps its capacity across calls, so a receive of a size seen before

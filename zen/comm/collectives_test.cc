@@ -51,7 +51,7 @@ TEST_P(CollectivesTest, AllToAllVDeliversAndCountsExactBytes) {
     std::vector<ByteBuffer> out(n);
     for (int p = 0; p < n; ++p) out[p] = Pattern(r, p, PairSize(payload, r, p));
     comm.ResetCounters();
-    const std::vector<ByteBuffer> got = AllToAllV(comm, out);
+    const std::vector<ByteBuffer> got = AllToAllV(comm, out, kAnyBytes);
     ASSERT_EQ(got.size(), static_cast<size_t>(n));
     uint64_t want_sent = 0, want_recv = 0;
     for (int p = 0; p < n; ++p) {
@@ -84,7 +84,7 @@ TEST_P(CollectivesTest, AllToAllVKnownSendsOnlyPayload) {
       recv_sizes[p] = PairSize(payload, p, r);
     }
     comm.ResetCounters();
-    const std::vector<ByteBuffer> got = AllToAllVKnown(comm, out, recv_sizes);
+    const std::vector<ByteBuffer> got = AllToAllVKnown(comm, out, recv_sizes, kAnyBytes);
     uint64_t want_sent = 0;
     for (int p = 0; p < n; ++p) {
       EXPECT_EQ(got[p], Pattern(p, r, PairSize(payload, p, r)));
@@ -114,7 +114,7 @@ TEST_P(CollectivesTest, AllGatherVDeliversAndCounts) {
     const int r = comm.rank(), n = comm.size();
     const ByteBuffer mine = Pattern(r, -1, PairSize(payload, r, 0));
     comm.ResetCounters();
-    const std::vector<ByteBuffer> got = AllGatherV(comm, mine);
+    const std::vector<ByteBuffer> got = AllGatherV(comm, mine, kAnyBytes);
     ASSERT_EQ(got.size(), static_cast<size_t>(n));
     for (int p = 0; p < n; ++p) EXPECT_EQ(got[p], Pattern(p, -1, PairSize(payload, p, 0)));
     for (int p = 0; p < n; ++p) {
@@ -185,7 +185,7 @@ TEST_P(CollectivesTest, EachFormsPropagateACallbackErrorAfterSettling) {
         EXPECT_EQ(got[p], Pattern(p, -1, PairSize(payload, p, 0))) << "from rank " << p;
       }
     }
-    const std::vector<ByteBuffer> again = AllGatherV(comm, mine);
+    const std::vector<ByteBuffer> again = AllGatherV(comm, mine, kAnyBytes);
     for (int p = 0; p < n; ++p) EXPECT_EQ(again[p], Pattern(p, -1, PairSize(payload, p, 0)));
   });
 }
@@ -198,7 +198,7 @@ TEST_P(CollectivesTest, BroadcastFromEveryRoot) {
       const ByteBuffer data =
           r == root ? Pattern(root, -2, PairSize(payload, root, 1)) : ByteBuffer{};
       comm.ResetCounters();
-      const ByteBuffer got = Broadcast(comm, root, data);
+      const ByteBuffer got = Broadcast(comm, root, data, kAnyBytes);
       EXPECT_EQ(got, Pattern(root, -2, PairSize(payload, root, 1))) << "root " << root;
       const uint64_t want = r == root ? static_cast<uint64_t>(n - 1) *
                                             (kCountBytes + static_cast<uint64_t>(got.size()))
@@ -266,12 +266,13 @@ TEST(CollectivesWorldOfOneTest, ReturnsOwnDataAndSendsNothing) {
     for (int64_t payload : {int64_t{0}, int64_t{1000}}) {
       RunRanks(backend, 1, [&](Communicator& comm) {
         const ByteBuffer b = Pattern(0, 0, payload);
-        EXPECT_EQ(AllToAllV(comm, std::vector<ByteBuffer>{b})[0], b);
+        EXPECT_EQ(AllToAllV(comm, std::vector<ByteBuffer>{b}, kAnyBytes)[0], b);
         EXPECT_EQ(
-            AllToAllVKnown(comm, std::vector<ByteBuffer>{b}, std::vector<int64_t>{payload})[0], b);
+            AllToAllVKnown(comm, std::vector<ByteBuffer>{b}, std::vector<int64_t>{payload},
+                           kAnyBytes)[0], b);
         EXPECT_EQ(ExchangeCounts(comm, std::vector<int64_t>{payload})[0], payload);
-        EXPECT_EQ(AllGatherV(comm, b)[0], b);
-        EXPECT_EQ(Broadcast(comm, 0, b), b);
+        EXPECT_EQ(AllGatherV(comm, b, kAnyBytes)[0], b);
+        EXPECT_EQ(Broadcast(comm, 0, b, kAnyBytes), b);
         EXPECT_EQ(AllGatherInt(comm, 42)[0], 42);
         Barrier(comm);
         EXPECT_EQ(comm.counters().messages_sent(), 0u);
@@ -283,12 +284,13 @@ TEST(CollectivesWorldOfOneTest, ReturnsOwnDataAndSendsNothing) {
 
 TEST(CollectivesArgsTest, RejectWrongShapes) {
   RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
-    EXPECT_THROW(AllToAllV(comm, std::vector<ByteBuffer>(3)), InvalidArgument);
+    EXPECT_THROW(AllToAllV(comm, std::vector<ByteBuffer>(3), kAnyBytes), InvalidArgument);
     EXPECT_THROW(ExchangeCounts(comm, std::vector<int64_t>{1}), InvalidArgument);
     EXPECT_THROW(ExchangeCounts(comm, std::vector<int64_t>{-1, -1}), InvalidArgument);
-    EXPECT_THROW(Broadcast(comm, 2, {}), InvalidArgument);
-    EXPECT_THROW(AllToAllVKnown(comm, std::vector<ByteBuffer>(2), std::vector<int64_t>{-1, -1}),
-                 InvalidArgument);
+    EXPECT_THROW(Broadcast(comm, 2, {}, kAnyBytes), InvalidArgument);
+    EXPECT_THROW(
+        AllToAllVKnown(comm, std::vector<ByteBuffer>(2), std::vector<int64_t>{-1, -1}, kAnyBytes),
+        InvalidArgument);
   });
 }
 
@@ -299,7 +301,7 @@ TEST(CollectivesArgsTest, KnownSizeMismatchIsFormatError) {
                      b, 2,
                      [&](Communicator& comm) {
                        std::vector<ByteBuffer> out(2, ByteBuffer(comm.rank() == 0 ? 10 : 11));
-                       AllToAllVKnown(comm, out, std::vector<int64_t>{10, 10});
+                       AllToAllVKnown(comm, out, std::vector<int64_t>{10, 10}, kAnyBytes);
                      },
                      std::chrono::milliseconds(2000)),
                  FormatError)
