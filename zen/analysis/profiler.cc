@@ -93,6 +93,10 @@ RankSummary Deserialize(std::span<const std::byte> bytes, int n, int64_t rows,
   s.range_rows.assign(v.begin() + 2, v.begin() + 2 + n);
   s.range_blocks.assign(v.begin() + 2 + n, v.begin() + static_cast<std::ptrdiff_t>(head));
   s.sampled_ids.assign(v.begin() + static_cast<std::ptrdiff_t>(head), v.end());
+  if (s.nnz < 0 || s.nnz > rows) {
+    throw FormatError(where, "profile summary from rank ", sender, " holds ", s.nnz,
+                      " rows, outside [0, ", rows, "]");
+  }
   if (s.nnz != announced_nnz) {
     throw FormatError(where, "profile summary from rank ", sender, " holds ", s.nnz,
                       " rows, but the rank announced ", announced_nnz, " in the count round");

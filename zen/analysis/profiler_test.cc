@@ -122,6 +122,7 @@ TEST(ProfilerTest, PeerSummaryThatLiesIsFormatError) {
       {"blocks", 4, [](const auto&) { return INT64_MAX; }},
       {"blocks", 5, [](const auto& v) { return v[5] - 1; }},
       {"announced", 0, [](const auto& v) { return v[0] - 1; }},
+      {"rows, outside [0, 3000]", 0, [](const auto&) { return int64_t{3001}; }},
   };
   for (const Lie& lie : lies) {
     int lied = 0;
