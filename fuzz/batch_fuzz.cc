@@ -1,11 +1,12 @@
-// libFuzzer target: one zen::Context batch (dense and sparse tensors,
+// libFuzzer target: zen::Context batches (dense and sparse tensors,
 // coalesced groups, a tensor with its own scheme, a sum order, half-width
 // wire values; BatchCase) on rank 0 of a world of 2-4 whose peers are the
-// fuzz input (StreamComm), one or two batches: each batch's metadata round, the second round that
-// names a differing tensor, and each group's scheme exchange. Whatever the
-// peers send, the batch must end in a zen error from Wait() or well-formed
-// sums; never a crash, a hang or an exception outside the error model.
-// Input: BatchCase parameters, then the stream.
+// fuzz input (StreamComm), one batch or three in a row: each batch's
+// metadata round, the second round that names a differing tensor, and each
+// group's scheme exchange. Whatever the peers send, a batch must end in a
+// zen error from Wait() or well-formed sums; never a crash, a hang or an
+// exception outside the error model. Input: BatchCase parameters, then the
+// stream.
 #include "fuzz/fuzz_cases.h"
 #include "zen/analysis/auto_scheme.h"
 

@@ -70,6 +70,15 @@ inline void CheckTensor(const SparseTensor& t, int64_t rows, int64_t width) {
   }
 }
 
+// The one-byte rows and density selectors of PeerCase and BatchCase, and
+// the bytes that select given values (for the seed writer).
+inline int64_t RowsOf(uint8_t b) { return 64 + int64_t{b} * 37; }
+inline double DensityOf(uint8_t b) { return (1 + b % 100) / 100.0; }
+inline uint8_t RowsByte(int64_t rows) { return static_cast<uint8_t>((rows - 64) / 37); }
+inline uint8_t DensityByte(double density) {
+  return static_cast<uint8_t>(static_cast<int>(density * 100 + 0.5) - 1);
+}
+
 // ---- peer_fuzz: a scheme on rank 0 whose peers are the fuzz input ----
 
 // Parameter bytes: scheme index, world (2..4), flags (bit 0: dense-buffer
@@ -91,8 +100,8 @@ struct PeerCase {
     c.dense = flags & 1;
     c.calls = 1 + ((flags >> 2) & 3) % 3;
     c.spec.width = (flags & 2) ? 3 : 1;
-    c.spec.rows = 64 + in.Byte() * 37;
-    c.spec.density = (1 + in.Byte() % 100) / 100.0;
+    c.spec.rows = RowsOf(in.Byte());
+    c.spec.density = DensityOf(in.Byte());
     c.spec.skew = 1.1;
     c.spec.seed = 17;
     return c;
@@ -100,8 +109,7 @@ struct PeerCase {
   std::vector<uint8_t> Header() const {
     return {static_cast<uint8_t>(scheme), static_cast<uint8_t>(world - 2),
             static_cast<uint8_t>((dense ? 1 : 0) | (spec.width == 3 ? 2 : 0) | (calls - 1) << 2),
-            static_cast<uint8_t>((spec.rows - 64) / 37),
-            static_cast<uint8_t>(static_cast<int>(spec.density * 100 + 0.5) - 1)};
+            RowsByte(spec.rows), DensityByte(spec.density)};
   }
 };
 
@@ -271,8 +279,8 @@ struct CooCase {
 //   bit 4  "emb.own"    sparse, width 3, with its own scheme (sparcml)
 //   bit 5  "ring"       dense, [40], scheme zen with a sum order
 //   bit 6  "emb"'s values travel as bfloat16 (scheme zen only; an error otherwise)
-//   bit 7  two batches of these tensors, one after the other (the schemes'
-//          state kept across them, auto's trials reached)
+//   bit 7  three batches of these tensors, one after the other (the
+//          schemes' state kept across them; auto's first trial round ends)
 // No tensor bit set: "emb" alone. The sparse tensors are synthetic (spec
 // below, each rank its own); the dense ones a function of the rank.
 struct BatchCase {
@@ -286,19 +294,18 @@ struct BatchCase {
     c.scheme = in.Byte();
     c.world = 2 + in.Byte() % 3;
     c.tensors = in.Byte();
-    c.spec.rows = 64 + in.Byte() * 37;
-    c.spec.density = (1 + in.Byte() % 100) / 100.0;
+    c.spec.rows = RowsOf(in.Byte());
+    c.spec.density = DensityOf(in.Byte());
     c.spec.skew = 1.1;
     c.spec.seed = 23;
     return c;
   }
   std::vector<uint8_t> Header() const {
     return {static_cast<uint8_t>(scheme), static_cast<uint8_t>(world - 2), tensors,
-            static_cast<uint8_t>((spec.rows - 64) / 37),
-            static_cast<uint8_t>(static_cast<int>(spec.density * 100 + 0.5) - 1)};
+            RowsByte(spec.rows), DensityByte(spec.density)};
   }
   bool has(int bit) const { return (tensors & 0x3f) == 0 ? bit == 2 : (tensors >> bit) & 1; }
-  int batches() const { return 1 + (tensors >> 7); }
+  int batches() const { return 1 + 2 * (tensors >> 7); }
 };
 
 // One rank's batch of a BatchCase: the tensors and the storage they point

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "fuzz/fuzz_cases.h"
@@ -107,33 +108,41 @@ void TraceSeeds(const fs::path& dir) {
   }
 }
 
-// Runs the case on an in-process world and returns what rank 0 received.
-std::vector<uint8_t> Record(const PeerCase& c, const SchemeRegistry& registry,
-                            const std::string& id) {
-  InProcFabric fabric(c.world);
+// Runs `run(comm, rank)` on every rank of an in-process world and returns
+// what rank 0 received, in the order it waited (what StreamComm replays).
+std::vector<uint8_t> RecordRank0(int world, const std::function<void(Communicator&, int)>& run) {
+  InProcFabric fabric(world);
   std::vector<uint8_t> log;
   std::vector<std::thread> threads;
-  for (int r = 0; r < c.world; ++r) {
+  for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       std::unique_ptr<Communicator> comm = fabric.Connect(r, std::chrono::seconds(10));
       if (r == 0) comm = std::make_unique<RecordingComm>(std::move(comm), log);
-      SchemeOptions options;
-      options.threads = 1;
-      auto scheme = registry.Create(id, options);
-      SparseTensor local = GenerateSyntheticRank(c.spec, r);
-      local.set_name("fuzz");
-      for (int call = 0; call < c.calls; ++call) {
-        if (c.dense) {
-          std::vector<float> buffer = local.ToDense();
-          scheme->SyncDense(*comm, buffer, c.spec.rows, c.spec.width, "fuzz");
-        } else {
-          scheme->Sync(*comm, local);
-        }
-      }
+      run(*comm, r);
     });
   }
   for (auto& t : threads) t.join();
   return log;
+}
+
+// Runs the case on an in-process world and returns what rank 0 received.
+std::vector<uint8_t> Record(const PeerCase& c, const SchemeRegistry& registry,
+                            const std::string& id) {
+  return RecordRank0(c.world, [&](Communicator& comm, int r) {
+    SchemeOptions options;
+    options.threads = 1;
+    auto scheme = registry.Create(id, options);
+    SparseTensor local = GenerateSyntheticRank(c.spec, r);
+    local.set_name("fuzz");
+    for (int call = 0; call < c.calls; ++call) {
+      if (c.dense) {
+        std::vector<float> buffer = local.ToDense();
+        scheme->SyncDense(comm, buffer, c.spec.rows, c.spec.width, "fuzz");
+      } else {
+        scheme->Sync(comm, local);
+      }
+    }
+  });
 }
 
 // The seed must replay, through StreamComm as peer_fuzz runs it, to a
@@ -184,7 +193,7 @@ void PeerSeeds(const fs::path& dir) {
   // Three calls of one object: auto's first trial round ends (its gather of
   // the candidates' times), zen reuses its agreed seed and workspace. (The
   // times are measured: auto's seed differs from run to run, as does the
-  // batch target's two-batch seed.)
+  // batch target's three-batch seed.)
   for (const std::string id : {"auto", "zen"}) {
     PeerCase c;
     c.scheme = static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
@@ -267,23 +276,14 @@ void SyntheticSeeds(const fs::path& dir) {
 // ---- batch_fuzz: recorded Context batches ----
 
 std::vector<uint8_t> RecordBatch(const BatchCase& c, const std::string& scheme) {
-  InProcFabric fabric(c.world);
-  std::vector<uint8_t> log;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < c.world; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Communicator> comm = fabric.Connect(r, std::chrono::seconds(10));
-      if (r == 0) comm = std::make_unique<RecordingComm>(std::move(comm), log);
-      ContextOptions options;
-      options.scheme = scheme;
-      options.scheme_options.threads = 1;
-      Batch batch(c, r);
-      Context ctx(*comm, options);
-      for (int b = 0; b < c.batches(); ++b) ctx.Sync("fuzz", batch.tensors);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return log;
+  return RecordRank0(c.world, [&](Communicator& comm, int r) {
+    ContextOptions options;
+    options.scheme = scheme;
+    options.scheme_options.threads = 1;
+    Batch batch(c, r);
+    Context ctx(comm, options);
+    for (int b = 0; b < c.batches(); ++b) ctx.Sync("fuzz", batch.tensors);
+  });
 }
 
 void BatchSeeds(const fs::path& dir) {
@@ -291,7 +291,7 @@ void BatchSeeds(const fs::path& dir) {
   for (size_t i = 0; i < ids.size(); ++i) {
     for (const uint8_t tensors : {uint8_t{0x3f}, uint8_t{0x7f}, uint8_t{0xbf}}) {
       if ((tensors & 0x40) && ids[i] != "zen") continue;  // bfloat16 values need zen
-      if ((tensors & 0x80) && ids[i] != "auto") continue;  // two batches: auto's trials
+      if ((tensors & 0x80) && ids[i] != "auto") continue;  // three batches: auto's trials
       BatchCase c;
       c.scheme = i;
       c.world = 3;
@@ -316,7 +316,7 @@ void BatchSeeds(const fs::path& dir) {
         std::fprintf(stderr, "batch seed for %s does not replay: %s\n", ids[i].c_str(), e.what());
         std::exit(1);
       }
-      const char* suffix = tensors & 0x40 ? "-bf16" : tensors & 0x80 ? "-2batches" : "";
+      const char* suffix = tensors & 0x40 ? "-bf16" : tensors & 0x80 ? "-3batches" : "";
       Write(dir, "seed-" + ids[i] + suffix, c.Header(),
             std::as_bytes(std::span(log.data(), log.size())));
     }
