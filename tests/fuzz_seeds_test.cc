@@ -2,7 +2,7 @@
 // (fuzz/corpus/peer/seed-*, fuzz/corpus/batch/seed-*) must still replay, in
 // this build, to a successful call: a seed that fails early starts the
 // fuzzer on an error path, and stale peer seeds once kept zen_fuzz_peer
-// away from a signed overflow in auto's profiler for a week. When a wire
+// away from a signed overflow in auto's profiler. When a wire
 // format or a scheme's messages change, regenerate them (scripts/fuzz-smoke
 // configures build-sanitize, clang's fuzz build):
 //   scripts/fuzz-smoke 1
