@@ -14,17 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<std::string> ids = zen::AllSchemes().ids();
   zen::fuzz::Input in(data, size);
   const zen::fuzz::BatchCase c = zen::fuzz::BatchCase::Read(in);
-  zen::fuzz::Batch batch(c, 0);
   zen::fuzz::StreamComm comm(c.world, in.Rest());
-  zen::ContextOptions options;
-  options.scheme = ids[c.scheme % ids.size()];
-  options.scheme_options.threads = 1;
-  zen::Context ctx(comm, options);
   try {
-    for (int b = 0; b < c.batches(); ++b) {
-      ctx.Sync("fuzz", batch.tensors);
-      batch.Check(c);
-    }
+    zen::fuzz::RunBatchCase(c, ids[c.scheme % ids.size()], comm, 0);
   } catch (const zen::Error&) {
   }
   return 0;

@@ -368,4 +368,40 @@ class Batch {
   std::vector<float> weight_, bias_, ring_, topk_into_;
 };
 
+// ---- running a case: the targets, the seed writer and its replay test ----
+
+// Rank `rank`'s calls of a PeerCase: `id`'s scheme (from `registry`) on its
+// synthetic input, each sparse sum checked for shape and order.
+inline void RunPeerCase(const PeerCase& c, const SchemeRegistry& registry, const std::string& id,
+                        Communicator& comm, int rank) {
+  SchemeOptions options;
+  options.threads = 1;
+  const std::unique_ptr<Scheme> scheme = registry.Create(id, options);
+  SparseTensor local = GenerateSyntheticRank(c.spec, rank);
+  local.set_name("fuzz");
+  for (int call = 0; call < c.calls; ++call) {
+    if (c.dense) {
+      std::vector<float> buffer = local.ToDense();
+      scheme->SyncDense(comm, buffer, c.spec.rows, c.spec.width, "fuzz");
+    } else {
+      CheckTensor(scheme->Sync(comm, local), c.spec.rows, c.spec.width);
+    }
+  }
+}
+
+// Rank `rank`'s batches of a BatchCase, `scheme` the context's default,
+// each batch's promises checked.
+inline void RunBatchCase(const BatchCase& c, const std::string& scheme, Communicator& comm,
+                         int rank) {
+  ContextOptions options;
+  options.scheme = scheme;
+  options.scheme_options.threads = 1;
+  Batch batch(c, rank);
+  Context ctx(comm, options);
+  for (int b = 0; b < c.batches(); ++b) {
+    ctx.Sync("fuzz", batch.tensors);
+    batch.Check(c);
+  }
+}
+
 }  // namespace zen::fuzz

@@ -14,21 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<std::string> ids = registry.ids();
   zen::fuzz::Input in(data, size);
   const zen::fuzz::PeerCase c = zen::fuzz::PeerCase::Read(in);
-  zen::SchemeOptions options;
-  options.threads = 1;
-  auto scheme = registry.Create(ids[c.scheme % ids.size()], options);
-  zen::SparseTensor local = zen::GenerateSyntheticRank(c.spec, 0);
-  local.set_name("fuzz");
   zen::fuzz::StreamComm comm(c.world, in.Rest());
   try {
-    for (int call = 0; call < c.calls; ++call) {
-      if (c.dense) {
-        std::vector<float> buffer = local.ToDense();
-        scheme->SyncDense(comm, buffer, c.spec.rows, c.spec.width, "fuzz");
-      } else {
-        zen::fuzz::CheckTensor(scheme->Sync(comm, local), c.spec.rows, c.spec.width);
-      }
-    }
+    zen::fuzz::RunPeerCase(c, registry, ids[c.scheme % ids.size()], comm, 0);
   } catch (const zen::Error&) {
   }
   return 0;

@@ -50,21 +50,9 @@ TEST(FuzzSeedsTest, PeerSeedsReplayToASuccessfulCall) {
     const std::vector<uint8_t> bytes = Read(seed);
     Input in(bytes.data(), bytes.size());
     const PeerCase c = PeerCase::Read(in);
-    SchemeOptions options;
-    options.threads = 1;
-    auto scheme = registry.Create(ids[c.scheme % ids.size()], options);
-    SparseTensor local = GenerateSyntheticRank(c.spec, 0);
-    local.set_name("fuzz");
     StreamComm comm(c.world, in.Rest());
     try {
-      for (int call = 0; call < c.calls; ++call) {
-        if (c.dense) {
-          std::vector<float> buffer = local.ToDense();
-          scheme->SyncDense(comm, buffer, c.spec.rows, c.spec.width, "fuzz");
-        } else {
-          scheme->Sync(comm, local);
-        }
-      }
+      RunPeerCase(c, registry, ids[c.scheme % ids.size()], comm, 0);
     } catch (const Error& e) {
       ADD_FAILURE() << "stale seed (regenerate: see this file's header): " << e.what();
     }
@@ -80,17 +68,9 @@ TEST(FuzzSeedsTest, BatchSeedsReplayToASuccessfulBatch) {
     const std::vector<uint8_t> bytes = Read(seed);
     Input in(bytes.data(), bytes.size());
     const BatchCase c = BatchCase::Read(in);
-    Batch batch(c, 0);
     StreamComm comm(c.world, in.Rest());
-    ContextOptions options;
-    options.scheme = ids[c.scheme % ids.size()];
-    options.scheme_options.threads = 1;
-    Context ctx(comm, options);
     try {
-      for (int b = 0; b < c.batches(); ++b) {
-        ctx.Sync("fuzz", batch.tensors);
-        batch.Check(c);
-      }
+      RunBatchCase(c, ids[c.scheme % ids.size()], comm, 0);
     } catch (const Error& e) {
       ADD_FAILURE() << "stale seed (regenerate: see this file's header): " << e.what();
     }
