@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -194,6 +195,11 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
     for (size_t i = 0; i < calls; ++i) {
       double t;
       std::memcpy(&t, gathered[r].data() + i * sizeof(double), sizeof t);
+      // A duration: finite and not negative (NaN fails the test too).
+      if (!(t >= 0 && t <= std::numeric_limits<double>::max())) {
+        throw FormatError(Where{comm.rank(), d.tensor}, "auto: rank ", r, " timed trial call ", i,
+                          " of this round at ", t, " s; a time is finite and not negative");
+      }
       slowest[i] = std::max(slowest[i], t);
     }
   }

@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <map>
 #include <mutex>
@@ -457,6 +459,41 @@ TEST(AutoSchemeTest, PeerAnnouncingHugeTrialTimesIsFormatError) {
     EXPECT_EQ(lies, 1);
     EXPECT_NE(std::string(e.what()).find("announces 1099511627776 bytes"), std::string::npos)
         << e.what();
+  }
+}
+
+// The trial times a peer sends are durations: NaN, infinite or negative is a
+// FormatError naming the peer (before, the max over ranks dropped a NaN
+// silently and an infinity made a candidate's median infinite).
+TEST(AutoSchemeTest, PeerTrialTimesThatAreNoDurationsAreFormatError) {
+  const SparseTensor local =
+      GenerateSyntheticRank(ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.05,seed=5"), 0);
+  constexpr size_t kTimed = 2;
+  for (const double lie : {std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::infinity(), -1e-3}) {
+    SCOPED_TRACE(lie);
+    int lies = 0;
+    testing::ScriptedComm comm([&](Tag, size_t size, std::deque<ByteBuffer>& sent) {
+      ByteBuffer b = std::move(sent.front());  // mirror rank 0
+      sent.pop_front();
+      if (size == kTimed * sizeof(double) && b.size() == size) {  // the trial round's times
+        std::memcpy(b.data() + sizeof(double), &lie, sizeof(lie));
+        ++lies;
+      }
+      return b;
+    });
+    AutoOptions options;
+    options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/0};
+    options.trial = {/*candidates=*/kTimed, /*within=*/1e9, /*calls_each=*/1, /*drop=*/1.5};
+    AutoScheme scheme(BuiltinSchemes(), options);
+    try {
+      for (int call = 0; call < 4; ++call) scheme.Sync(comm, local);
+      ADD_FAILURE() << "auto accepted a trial time of " << lie << " (" << lies << " lies)";
+    } catch (const FormatError& e) {
+      EXPECT_EQ(lies, 1);
+      EXPECT_NE(std::string(e.what()).find("rank 1 timed trial call 1"), std::string::npos)
+          << e.what();
+    }
   }
 }
 
