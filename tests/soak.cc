@@ -1,13 +1,22 @@
 // zen_soak — thousands of synchronizations of varying size, density, width,
-// entry point (sparse / dense buffer) and scheme (every registered one,
-// auto included) in one set of ranks (threads over real Gloo TCP), each
-// checked on every rank against the dense reference, with a rejected call
-// (ranks disagreeing on rows) mixed in regularly. Resident memory (VmRSS) is
-// sampled; after the warm-up it may grow by at most --max-rss-growth-mb.
+// entry point (sparse / dense buffer / a zen::Context batch) and scheme
+// (every registered one, auto included) in one set of ranks (threads over
+// real Gloo TCP), each checked on every rank against the dense reference,
+// with a rejected call (ranks disagreeing on rows) mixed in regularly. With
+// --engine-every K, every K-th step goes through one long-lived zen::Context
+// per rank (the engine every binding uses): a batch of the step's tensor as
+// a sparse sum, the same into a dense buffer, and a small dense tensor.
+// Resident memory (VmRSS) is sampled; after the warm-up (the first
+// --warmup-percent of the syncs, default 10) it may grow by at most
+// --max-rss-growth-mb. (The engine's scheme instances are a second set
+// beside the direct calls', each keeping the capacity of the largest call
+// it has seen: their sum reaches its plateau later, measured 2026-12-05:
+// in-use heap flat at 121-122 MiB from sync 3500 to 10000 with K = 4.)
 // Built with -DZEN_SANITIZE=ON (scripts/soak) it also runs under ASan, UBSan
 // and, at exit, LeakSanitizer.
 //
 //   zen_soak [--syncs 3000] [--world 3] [--max-rss-growth-mb 64] [--seed 1]
+//            [--engine-every 0] [--warmup-percent 10]
 // Exit 0 when every sync matched and memory stayed bounded; 1 otherwise.
 #include <barrier>
 #include <chrono>
@@ -17,9 +26,11 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "zen/analysis/auto_scheme.h"
+#include "zen/engine/context.h"
 #include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
@@ -53,12 +64,14 @@ struct Step {
   std::string scheme;
   bool dense = false;
   bool reject = false;  // one rank passes rows + 1: MismatchError everywhere
+  bool engine = false;  // through the ranks' zen::Context, as a batch
   zen::SyntheticSpec spec;
   std::vector<zen::SparseTensor> inputs;
   std::unique_ptr<zen::DenseReference> reference;
 };
 
-Step MakeStep(int64_t i, uint64_t seed, int world, const std::vector<std::string>& schemes) {
+Step MakeStep(int64_t i, uint64_t seed, int world, const std::vector<std::string>& schemes,
+              int64_t engine_every) {
   const uint64_t h = Mix(seed * 1000003 + static_cast<uint64_t>(i));
   static constexpr int64_t kRows[] = {1, 97, 1000, 5000, 20000};
   static constexpr int64_t kWidth[] = {1, 2, 8, 32};
@@ -67,6 +80,7 @@ Step MakeStep(int64_t i, uint64_t seed, int world, const std::vector<std::string
   s.scheme = schemes[static_cast<size_t>(i) % schemes.size()];
   s.dense = (h >> 8) % 3 == 0;
   s.reject = i % 50 == 49;
+  s.engine = engine_every > 0 && !s.reject && i % engine_every == engine_every / 2;
   s.spec.rows = kRows[(h >> 12) % 5];
   s.spec.width = kWidth[(h >> 16) % 4];
   if (s.spec.rows * s.spec.width > 200000) s.spec.width = 8;  // keep one step small
@@ -94,12 +108,14 @@ int main(int argc, char** argv) {
   const int64_t max_growth_kb = Flag(argc, argv, "--max-rss-growth-mb", 64) * 1024;
   const uint64_t seed = static_cast<uint64_t>(Flag(argc, argv, "--seed", 1));
   const std::vector<std::string> schemes = zen::AllSchemes().ids();
-  const int64_t warmup = std::max<int64_t>(1, syncs / 10);
+  const int64_t engine_every = Flag(argc, argv, "--engine-every", 0);
+  const int64_t warmup =
+      std::max<int64_t>(1, syncs * Flag(argc, argv, "--warmup-percent", 10) / 100);
 
   Step step;
   std::barrier sync_point(world);
   std::mutex mu;
-  int64_t failures = 0, rejected = 0;
+  int64_t failures = 0, rejected = 0, engine = 0;
   int64_t rss_start = VmRssKb(), rss_warm = 0, rss_max = 0, rss_end = 0;
   std::map<std::string, int64_t> per_scheme;
   const auto start = Clock::now();
@@ -112,10 +128,14 @@ int main(int argc, char** argv) {
         const zen::SchemeRegistry registry = zen::AllSchemes();
         std::map<std::string, std::unique_ptr<zen::Scheme>> mine;
         for (const auto& id : schemes) mine[id] = registry.Create(id, options);
+        zen::ContextOptions context_options;
+        context_options.scheme_options = options;
+        std::optional<zen::Context> context;  // borrows comm; idle between its batches
+        if (engine_every > 0) context.emplace(comm, context_options);
         const size_t r = static_cast<size_t>(comm.rank());
         for (int64_t i = 0; i < syncs; ++i) {
           if (comm.rank() == 0) {
-            step = MakeStep(i, seed, world, schemes);
+            step = MakeStep(i, seed, world, schemes, engine_every);
             const int64_t rss = VmRssKb();
             rss_max = std::max(rss_max, rss);
             if (i == warmup) rss_warm = rss;
@@ -131,6 +151,24 @@ int main(int argc, char** argv) {
                   zen::SparseTensor::Empty(local.rows() + 1, local.width(), "soak");
               scheme.Sync(comm, taller);
               error = "a mismatched call was accepted";
+            } else if (step.engine) {
+              zen::SparseTensor sum;
+              std::vector<float> into(static_cast<size_t>(local.rows() * local.width()));
+              std::vector<float> bias(5, static_cast<float>(comm.rank() + 1));
+              std::vector<zen::BatchTensor> batch = {
+                  zen::BatchTensor::Sparse("soak", local, &sum),
+                  zen::BatchTensor::SparseInto("soak.into", local, into),
+                  zen::BatchTensor::Dense("soak.bias", bias, 5, 1)};
+              for (zen::BatchTensor& t : batch) t.scheme = step.scheme;
+              context->Sync("soak", batch);
+              a = step.reference->Compare(sum);
+              const zen::Agreement b = step.reference->CompareDense(into);
+              a.max_rel_error = std::max(a.max_rel_error, b.max_rel_error);
+              a.rows_mismatch += b.rows_mismatch;
+              const float want = static_cast<float>(world * (world + 1) / 2);
+              for (const float v : bias) {
+                if (v != want) error = "the batch's dense tensor summed to " + std::to_string(v);
+              }
             } else if (step.dense) {
               std::vector<float> buffer = local.ToDense();
               scheme.SyncDense(comm, buffer, local.rows(), local.width(), "soak");
@@ -162,6 +200,7 @@ int main(int argc, char** argv) {
             if (comm.rank() == 0) {
               ++per_scheme[step.scheme];
               if (step.reject) ++rejected;
+              if (step.engine) ++engine;
             }
           }
           sync_point.arrive_and_wait();  // everyone is done with step
@@ -172,8 +211,11 @@ int main(int argc, char** argv) {
   rss_end = VmRssKb();
   rss_max = std::max(rss_max, rss_end);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("zen_soak: %lld syncs (%lld rejected on purpose) on %d ranks in %.1f s\n",
-              static_cast<long long>(syncs), static_cast<long long>(rejected), world, seconds);
+  std::printf(
+      "zen_soak: %lld syncs (%lld rejected on purpose, %lld through zen::Context) on %d ranks in "
+      "%.1f s\n",
+      static_cast<long long>(syncs), static_cast<long long>(rejected),
+      static_cast<long long>(engine), world, seconds);
   for (const auto& [id, n] : per_scheme)
     std::printf("  %-12s %lld\n", id.c_str(), static_cast<long long>(n));
   std::printf(
