@@ -11,7 +11,7 @@
 // --max-rss-growth-mb. (The engine's scheme instances are a second set
 // beside the direct calls', each keeping the capacity of the largest call
 // it has seen: their sum reaches its plateau later, measured 2026-12-05:
-// in-use heap flat at 121-122 MiB from sync 3500 to 10000 with K = 4.)
+// in-use heap flat at 117-120 MiB from sync 3500 to 10000 with K = 4.)
 // Built with -DZEN_SANITIZE=ON (scripts/soak) it also runs under ASan, UBSan
 // and, at exit, LeakSanitizer.
 //
