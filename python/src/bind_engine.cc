@@ -354,7 +354,9 @@ void BindEngine(py::module_& m) {
            "Queues one batch; returns a zen.Handle at once. on_done(handle), if given, runs on "
            "the progress thread (GIL held) when the batch completes. The items' arrays are read "
            "in place (dense ones summed in place) while the batch runs: do not write them until "
-           "the handle is done.")
+           "the handle is done. Keep batch and item names the same from step to step ('bucket3', "
+           "not 'step12.bucket3'): scheme 'auto' keeps its decision per name, and a new name is "
+           "profiled and timed afresh.")
       .def(
           "close",
           [](Context& c) {
