@@ -424,14 +424,26 @@ TEST(AutoSchemeTest, OneShortlistedCandidateIsNotTimed) {
   }
 }
 
+// auto over `comm` (rank 0 of a scripted world of two) until its first
+// trial round has ended: after the profile, two candidates timed once each,
+// so the round's times are gathered on the second call (4 calls at most).
+constexpr size_t kTrialCandidates = 2;
+void RunThroughATrialRound(Communicator& comm) {
+  const SparseTensor local =
+      GenerateSyntheticRank(ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.05,seed=5"), 0);
+  AutoOptions options;
+  options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/0};
+  options.trial = {/*candidates=*/kTrialCandidates, /*within=*/1e9, /*calls_each=*/1,
+                   /*drop=*/1.5};
+  AutoScheme scheme(BuiltinSchemes(), options);
+  for (int call = 0; call < 4; ++call) scheme.Sync(comm, local);
+}
+
 // The trial round's times are received data: a peer announcing more than
 // its times (one double per timed call) is a FormatError before anything
 // is allocated (a regression test: the gather was unbounded, so a peer's
 // length prefix of 2^40 bytes was allocated).
 TEST(AutoSchemeTest, PeerAnnouncingHugeTrialTimesIsFormatError) {
-  const SparseTensor local =
-      GenerateSyntheticRank(ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.05,seed=5"), 0);
-  constexpr size_t kTimed = 2;  // candidates, each timed once: 2 doubles per rank
   constexpr int64_t kLie = int64_t{1} << 40;
   int lies = 0;
   testing::ScriptedComm comm(
@@ -444,16 +456,12 @@ TEST(AutoSchemeTest, PeerAnnouncingHugeTrialTimesIsFormatError) {
         return b;
       },
       [&](Tag, int64_t truth) {
-        if (truth != static_cast<int64_t>(kTimed * sizeof(double))) return truth;
+        if (truth != static_cast<int64_t>(kTrialCandidates * sizeof(double))) return truth;
         ++lies;
         return kLie;
       });
-  AutoOptions options;
-  options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/0};
-  options.trial = {/*candidates=*/kTimed, /*within=*/1e9, /*calls_each=*/1, /*drop=*/1.5};
-  AutoScheme scheme(BuiltinSchemes(), options);
   try {
-    for (int call = 0; call < 4; ++call) scheme.Sync(comm, local);
+    RunThroughATrialRound(comm);
     ADD_FAILURE() << "the trial round ended without an error (" << lies << " lies)";
   } catch (const FormatError& e) {
     EXPECT_EQ(lies, 1);
@@ -466,9 +474,6 @@ TEST(AutoSchemeTest, PeerAnnouncingHugeTrialTimesIsFormatError) {
 // FormatError naming the peer (before, the max over ranks dropped a NaN
 // silently and an infinity made a candidate's median infinite).
 TEST(AutoSchemeTest, PeerTrialTimesThatAreNoDurationsAreFormatError) {
-  const SparseTensor local =
-      GenerateSyntheticRank(ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.05,seed=5"), 0);
-  constexpr size_t kTimed = 2;
   for (const double lie : {std::numeric_limits<double>::quiet_NaN(),
                            std::numeric_limits<double>::infinity(), -1e-3}) {
     SCOPED_TRACE(lie);
@@ -476,18 +481,14 @@ TEST(AutoSchemeTest, PeerTrialTimesThatAreNoDurationsAreFormatError) {
     testing::ScriptedComm comm([&](Tag, size_t size, std::deque<ByteBuffer>& sent) {
       ByteBuffer b = std::move(sent.front());  // mirror rank 0
       sent.pop_front();
-      if (size == kTimed * sizeof(double) && b.size() == size) {  // the trial round's times
+      if (size == kTrialCandidates * sizeof(double) && b.size() == size) {  // the round's times
         std::memcpy(b.data() + sizeof(double), &lie, sizeof(lie));
         ++lies;
       }
       return b;
     });
-    AutoOptions options;
-    options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/0};
-    options.trial = {/*candidates=*/kTimed, /*within=*/1e9, /*calls_each=*/1, /*drop=*/1.5};
-    AutoScheme scheme(BuiltinSchemes(), options);
     try {
-      for (int call = 0; call < 4; ++call) scheme.Sync(comm, local);
+      RunThroughATrialRound(comm);
       ADD_FAILURE() << "auto accepted a trial time of " << lie << " (" << lies << " lies)";
     } catch (const FormatError& e) {
       EXPECT_EQ(lies, 1);
