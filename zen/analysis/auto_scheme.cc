@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -81,6 +82,18 @@ bool AutoScheme::settled(std::string_view tensor) const {
   const auto key = last_key_.find(tensor);
   if (key == last_key_.end()) return true;
   return !tensors_.find(key->second)->second.trying();
+}
+
+void AutoScheme::ForgetLeastRecent() {
+  if (tensors_.empty()) return;
+  auto oldest = tensors_.begin();
+  for (auto it = tensors_.begin(); it != tensors_.end(); ++it) {
+    if (it->second.last_use < oldest->second.last_use) oldest = it;
+  }
+  for (auto name = last_key_.begin(); name != last_key_.end();) {
+    name = name->second == oldest->first ? last_key_.erase(name) : std::next(name);
+  }
+  tensors_.erase(oldest);
 }
 
 Scheme& AutoScheme::Chosen(const std::string& id) {
@@ -246,9 +259,13 @@ void AutoScheme::Route(Communicator& comm, const SparseTensor& local,
                        const std::function<void(Scheme&)>& run) {
   const std::string key = Key(local);
   auto it = tensors_.find(key);
-  if (it == tensors_.end()) it = tensors_.emplace(key, TensorState(options_.profiler)).first;
+  if (it == tensors_.end()) {
+    if (tensors_.size() >= std::max<size_t>(1, options_.max_tensors)) ForgetLeastRecent();
+    it = tensors_.emplace(key, TensorState(options_.profiler)).first;
+  }
   last_key_[local.name()] = key;
   TensorState& state = it->second;
+  state.last_use = ++uses_;
   if (!options_.force.empty()) {
     state.decision.tensor = local.name();
     state.decision.chosen = options_.force;

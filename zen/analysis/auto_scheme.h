@@ -47,6 +47,7 @@
 //       static_cast<zen::AutoScheme&>(*s).decision(local.name());  // d->chosen
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -85,6 +86,11 @@ struct AutoOptions {
   bool log = false;                     // rank 0 logs each decision
   // Where log lines go; empty = stderr.
   std::function<void(const std::string&)> log_sink = {};
+  // The tensors (name and shape) whose profile and decision auto keeps
+  // (at least 1). Past it the least recently synchronized one is forgotten,
+  // the same on every rank, and profiled and timed afresh if it returns:
+  // names that change every step cannot grow auto's state without bound.
+  size_t max_tensors = 4096;
 };
 
 // One candidate's timed calls (seconds, the slowest rank's per call).
@@ -143,6 +149,7 @@ class AutoScheme final : public Scheme {
     size_t next = 0;                  // position in `live` of the next call
     int rounds = 0;                   // rounds timed
     std::vector<double> round_times;  // this rank's times in this round
+    uint64_t last_use = 0;            // AutoScheme::uses_ at its latest call
   };
 
   void Decide(TensorState& state, const SparseTensor& local, int rank);
@@ -156,6 +163,8 @@ class AutoScheme final : public Scheme {
   void RunTrial(TensorState& state, Communicator& comm, const std::function<void(Scheme&)>& run);
   void EndRound(TensorState& state, Communicator& comm);
   Scheme& Chosen(const std::string& id);
+  // Erases the least recently used tensor state (and the names pointing to it).
+  void ForgetLeastRecent();
   void Log(const std::string& text) const;
 
   SchemeRegistry registry_;
@@ -163,6 +172,7 @@ class AutoScheme final : public Scheme {
   std::map<std::string, TensorState, std::less<>> tensors_;
   std::map<std::string, std::string, std::less<>> last_key_;  // tensor name -> state key
   std::map<std::string, std::unique_ptr<Scheme>> instances_;  // chosen schemes, built once
+  uint64_t uses_ = 0;  // calls so far (the clock of TensorState::last_use)
 };
 
 // The table behind a decision, one line per candidate, then the refusals

@@ -498,6 +498,55 @@ TEST(AutoSchemeTest, PeerTrialTimesThatAreNoDurationsAreFormatError) {
   }
 }
 
+// Names that change every step (a step number in a tensor's or, for the
+// engine's coalesced tensors, a batch's name) cannot grow auto's state
+// without bound: past AutoOptions::max_tensors the least recently used
+// tensor is forgotten, the same on every rank; every sum stays exact and a
+// forgotten tensor that returns is decided afresh.
+TEST(AutoSchemeTest, ForgetsTheLeastRecentTensorPastMaxTensors) {
+  const auto inputs =
+      GenerateSynthetic(ParseSyntheticSpec("zipf:rows=500,width=2,density=0.1,seed=4"), 2);
+  const DenseReference reference(inputs);
+  std::mutex mu;
+  testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+    AutoOptions options;
+    options.max_tensors = 3;
+    AutoScheme scheme(BuiltinSchemes(), options);
+    auto sync = [&](const std::string& name) {
+      SparseTensor local = inputs[static_cast<size_t>(comm.rank())];
+      local.set_name(name);
+      const Agreement a = reference.Compare(scheme.Sync(comm, local));
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, 1e-5) << name;
+      EXPECT_EQ(a.rows_mismatch, 0) << name;
+    };
+    for (int step = 0; step < 6; ++step) sync("step" + std::to_string(step));
+    std::lock_guard lock(mu);
+    for (int step = 0; step < 6; ++step) {
+      const std::string name = "step" + std::to_string(step);
+      EXPECT_EQ(scheme.decision(name) != nullptr, step >= 3) << name;
+    }
+  });
+  // A forgotten name returns (decided afresh); the least recent is dropped.
+  testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+    AutoOptions options;
+    options.max_tensors = 2;
+    AutoScheme scheme(BuiltinSchemes(), options);
+    for (const char* name : {"a", "b", "a", "c", "b"}) {
+      SparseTensor local = inputs[static_cast<size_t>(comm.rank())];
+      local.set_name(name);
+      const Agreement got = reference.Compare(scheme.Sync(comm, local));
+      std::lock_guard lock(mu);
+      EXPECT_LE(got.max_rel_error, 1e-5) << name;
+    }
+    std::lock_guard lock(mu);
+    // After a, b, a, c (b least recent: forgotten), b (a least recent: forgotten).
+    EXPECT_EQ(scheme.decision("a"), nullptr);
+    EXPECT_NE(scheme.decision("b"), nullptr);
+    EXPECT_NE(scheme.decision("c"), nullptr);
+  });
+}
+
 TEST(AutoSchemeTest, EveryCandidateRefusingIsAnErrorNamingTheReasons) {
   SchemeRegistry reg;
   reg.Add(Refuser(true));

@@ -174,8 +174,9 @@ class Context {
   // from step to step ("bucket3", not "step12.bucket3"): "auto" keeps its
   // profile and decision per tensor name and, for coalesced tensors, per
   // batch name, so a new name is profiled and its candidates timed afresh
-  // (and its state kept). `tensors` (the vector and what its entries point
-  // to) must stay valid until the handle completes.
+  // (its state is kept for the AutoOptions::max_tensors most recent names).
+  // `tensors` (the vector and what its entries point to) must stay valid
+  // until the handle completes.
   // `on_done`, if set, runs on the progress thread when the batch
   // completes, with its error or nullptr (a binding completes its future
   // there); it must not throw. It runs just after the handle is marked
