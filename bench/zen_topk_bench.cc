@@ -104,12 +104,13 @@ BENCHMARK(BM_TopK)
     ->UseRealTime();
 
 // One layer of a real model (320,000 values: a 5000 x 64 embedding or
-// output layer of examples/train_topk.py), where a call's fixed costs (the
-// sample, the boundary search) weigh against one pass over the values.
+// output layer of examples/train_topk.py; 8,192 and 16,384: its attention
+// and feed-forward matrices), where a call's fixed costs (the sample, the
+// boundary search) weigh against one pass over the values.
 void BM_TopKLayer(benchmark::State& state) { RunTopK(state, static_cast<size_t>(state.range(2))); }
 BENCHMARK(BM_TopKLayer)
     ->ArgNames({"method", "ratio_e4", "n", "threads"})
-    ->ArgsProduct({{0, 1}, {100}, {320'000}, {1}})
+    ->ArgsProduct({{0, 1}, {100}, {8'192, 16'384, 320'000}, {1}})
     ->UseRealTime();
 
 }  // namespace

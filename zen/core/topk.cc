@@ -10,6 +10,10 @@
 #include <thread>
 #include <utility>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "zen/core/checked.h"
 #include "zen/core/worker_pool.h"
 
@@ -17,6 +21,51 @@ namespace zen {
 namespace {
 
 inline uint32_t Key(float x) { return std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
+
+// Runs body(i) for i = begin, begin + 1, ... while more(1) holds and i < end,
+// except that in blocks of kSkipBlock values (taken while more(kSkipBlock)
+// holds) it is run only for the values whose key is at least `low`: `body`
+// must be a no-op for a value below `low`, apart from writes that later calls
+// overwrite, and writes at most one slot per call (more() checks the room).
+// Returns where it stopped. The passes that gather the few values above a
+// threshold (1-2% of a gradient at ratio 1%) thus read each block with four
+// vector compares and write only what they take.
+constexpr size_t kSkipBlock = 16;
+
+// Bit j set: the key of d[j] is at least low (j < kSkipBlock).
+inline uint32_t KeysAtLeast(const float* d, uint32_t low) {
+#if defined(__SSE2__)
+  // Keys are below 2^31, so SSE2's signed compare is exact.
+  const __m128i abs = _mm_set1_epi32(0x7FFFFFFF);
+  const __m128i below = _mm_set1_epi32(static_cast<int32_t>(low) - 1);
+  uint32_t mask = 0;
+  for (int v = 0; v < 4; ++v) {
+    const __m128i x = _mm_and_si128(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 4 * v)), abs);
+    const int m = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(x, below)));
+    mask |= static_cast<uint32_t>(m) << (4 * v);
+  }
+  return mask;
+#else
+  uint32_t mask = 0;
+  for (size_t j = 0; j < kSkipBlock; ++j) mask |= static_cast<uint32_t>(Key(d[j]) >= low) << j;
+  return mask;
+#endif
+}
+
+template <class More, class Body>
+size_t ScanAbove(const float* d, size_t begin, size_t end, uint32_t low, More more, Body body) {
+  size_t i = begin;
+  if (low > 0) {  // low - 1 must not wrap (and low 0 takes every value anyway)
+    for (; end - i >= kSkipBlock && more(kSkipBlock); i += kSkipBlock) {
+      for (uint32_t mask = KeysAtLeast(d + i, low); mask != 0; mask &= mask - 1) {
+        body(i + static_cast<size_t>(std::countr_zero(mask)));
+      }
+    }
+  }
+  for (; i < end && more(1); ++i) body(i);
+  return i;
+}
 
 // Radix levels over the 31 bits of |x|: shift of each level's digit and its
 // width. A key's prefix after level L is key >> kShift[L].
@@ -76,16 +125,20 @@ void Collect(float* data, const Part& part, int shift, uint32_t prefix, int64_t*
   const size_t last = part.offset + part.above + part.quota;
   size_t out = first;
   size_t quota = part.quota;
-  for (size_t i = part.begin; i < part.end && out < last; ++i) {
-    const float x = data[i];
-    const uint32_t hi = Key(x) >> shift;
-    const size_t eq = hi == prefix;
-    const size_t take = static_cast<size_t>(hi > prefix) | (eq & static_cast<size_t>(quota > 0));
-    ids[out] = static_cast<int64_t>(i);
-    values[out] = x;
-    out += take;
-    quota -= eq & take;
-  }
+  ScanAbove(
+      data, part.begin, part.end, prefix << shift,
+      [&](size_t room) { return last - out >= room; },
+      [&](size_t i) {
+        const float x = data[i];
+        const uint32_t hi = Key(x) >> shift;
+        const size_t eq = hi == prefix;
+        const size_t take =
+            static_cast<size_t>(hi > prefix) | (eq & static_cast<size_t>(quota > 0));
+        ids[out] = static_cast<int64_t>(i);
+        values[out] = x;
+        out += take;
+        quota -= eq & take;
+      });
   for (size_t j = first; j < last; ++j) data[static_cast<size_t>(ids[j])] = 0.0f;
 }
 
@@ -206,11 +259,13 @@ uint32_t TopKSelector::ResolveCandidates(std::span<float> data, int count, uint3
     uint32_t* out = im.candidates.data() + p.offset;
     size_t j = 0;
     const size_t last = p.hist[bucket];
-    for (size_t i = p.begin; i < p.end && j < last; ++i) {
-      const uint32_t key = Key(d[i]);
-      out[j] = key;
-      j += (key >> shift) == bucket;
-    }
+    ScanAbove(
+        d, p.begin, p.end, bucket << shift, [&](size_t room) { return last - j >= room; },
+        [&](size_t i) {
+          const uint32_t key = Key(d[i]);
+          out[j] = key;
+          j += (key >> shift) == bucket;
+        });
   });
   // The need-th largest candidate key is the boundary.
   std::copy(im.candidates.begin(), im.candidates.end(), im.sorted.begin());
@@ -293,15 +348,16 @@ bool TopKSelector::Gather(std::span<const float> data, int count, uint32_t low, 
     int64_t* ci = im.cand_ids.data() + p.offset;
     float* cv = im.cand_values.data() + p.offset;
     size_t out = 0;
-    size_t i = p.begin;
-    for (; i < p.end && out < p.quota; ++i) {
-      const float x = d[i];
-      ci[out] = static_cast<int64_t>(i);
-      cv[out] = x;
-      out += Key(x) >= low;
-    }
+    const size_t stopped = ScanAbove(
+        d, p.begin, p.end, low, [&](size_t room) { return p.quota - out >= room; },
+        [&](size_t i) {
+          const float x = d[i];
+          ci[out] = static_cast<int64_t>(i);
+          cv[out] = x;
+          out += Key(x) >= low;
+        });
     im.cand_count[static_cast<size_t>(t)] = out;
-    if (out == p.quota && i < p.end) overflow.store(true, std::memory_order_relaxed);
+    if (out == p.quota && stopped < p.end) overflow.store(true, std::memory_order_relaxed);
   });
   total = 0;
   for (int t = 0; t < count; ++t) total += im.cand_count[static_cast<size_t>(t)];
@@ -363,7 +419,7 @@ bool TopKSelector::SelectExactBySample(std::span<float> data, size_t k, std::spa
 size_t TopKSelector::SelectExact(std::span<float> data, size_t k, std::span<int64_t> ids,
                                  std::span<float> values) {
   Impl& im = *impl_;
-  if (data.size() >= kParallelMin && k <= data.size() / 8 &&
+  if (data.size() >= kOnePassMin && k <= data.size() / 8 &&
       SelectExactBySample(data, k, ids, values)) {
     return stats_.selected;
   }

@@ -17,7 +17,7 @@
 //             more histogram passes (11 + 9 bits) narrow it. Then one pass
 //             collects. 3 passes over `data` (4 at most), no sort, no copy
 //             of `data`; scratch of at most n/16 keys x 2, kept between calls.
-//             Before that, for n >= kParallelMin and k <= n/8, a faster path
+//             Before that, for n >= kOnePassMin and k <= n/8, a faster path
 //             is tried: a sample (as kSampled, at most n/32 positions)
 //             sets a threshold a little below the k-th largest |x|, ONE
 //             pass gathers the ~1.3k-1.7k values
@@ -101,6 +101,10 @@ class TopKSelector {
   };
 
   static constexpr size_t kParallelMin = size_t{1} << 16;
+  // kExact tries the sample-guided one-pass path from this many values on
+  // (a model's small matrices too: 8k-16k values select 3x faster that way
+  // than by the radix select's three passes).
+  static constexpr size_t kOnePassMin = size_t{1} << 12;
 
   // threads: 0 -> hardware concurrency; the pool has threads - 1 workers.
   explicit TopKSelector(int threads = 1, TopKOptions options = {});

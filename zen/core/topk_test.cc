@@ -171,6 +171,30 @@ TEST(TopK, ExactOnePassPathWithTiesAndNanMatchesReference) {
   EXPECT_FALSE(sel.stats().one_pass);
 }
 
+TEST(TopK, SmallLayersTakeTheOnePassPathExactly) {
+  // A model's attention and feed-forward matrices (4k-16k values) select on
+  // the one-pass path too; the passes skip blocks of 16 values below their
+  // threshold, so large values sit at block edges, fill whole blocks and
+  // end the input here, with ties among them.
+  for (size_t n : {TopKSelector::kOnePassMin, size_t{8'192}, size_t{16'387}}) {
+    auto input = Gaussian(n, n);
+    for (size_t i = 15; i + 1 < n; i += 211) input[i] = input[i + 1] = 40.0f + (i % 3);
+    for (size_t i = 1'600; i < 1'632; ++i) input[i] = -50.0f;  // two whole blocks
+    input[n - 1] = 60.0f;
+    TopKSelector sel(1);
+    for (size_t k : {size_t{1}, n / 100, n / 100 + 7, n / 8}) {
+      SCOPED_TRACE(testing::Message() << "n " << n << " k " << k);
+      CheckExact(sel, input, k);
+      EXPECT_TRUE(sel.stats().one_pass);
+    }
+  }
+  // Below kOnePassMin the radix select runs, with the same answer.
+  const auto small = Gaussian(TopKSelector::kOnePassMin - 1, 3);
+  TopKSelector sel(1);
+  CheckExact(sel, small, 40);
+  EXPECT_FALSE(sel.stats().one_pass);
+}
+
 TEST(TopK, ZeroAllAndMoreThanAll) {
   const auto input = Gaussian(1000, 3);
   TopKSelector sel(2);
