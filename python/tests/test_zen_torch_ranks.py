@@ -63,6 +63,14 @@ def test_ddp_bit_for_bit_float32_dense_on_agsparse(job):
             assert run["inexact"] == [], (r, key, run)
 
 
+def test_ddp_options_users_turn_on(job):
+    # gradient_as_bucket_view, static_graph, find_unused_parameters and
+    # gradient accumulation under no_sync(): zen.torch's hook bit-for-bit plain
+    # DDP with the same options, topk_hook unchanged by the options that keep
+    # the arithmetic, every rank's parameters equal (zen_worker.scenario_ddp_flags).
+    check(job, "ddp_flags")
+
+
 def test_hook_edge_buckets(job):
     # All-zero buckets, buckets without zero rows, rank-dependent zero rows and
     # an uncoalesced sparse COO bucket.

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 import zen
 import zen.torch
+from zen.sparsify import TopKState, topk_hook
 
 RTOL = 1e-5
 ATOL = 1e-7
@@ -107,6 +108,79 @@ def scenario_ddp(rank, world):
                             "modes": {str(k): v for k, v in state.bucket_modes.items()},
                             "bytes_sent": state.comm.bytes_sent}
     return results
+
+
+# --- DDP's own options ------------------------------------------------------
+
+class FlagsNet(Net):
+    """Net, with a layer used on odd steps only when `sometimes` (for
+    find_unused_parameters)."""
+
+    def __init__(self, sparse, sometimes):
+        super().__init__(sparse)
+        self.sometimes = nn.Linear(DIM, 7) if sometimes else None
+
+    def forward(self, x, step):
+        h = self.norm(self.emb(x)).mean(1)
+        out = self.proj(h)
+        return out + self.sometimes(h).sum() if self.sometimes and step % 2 else out
+
+
+def train_flags(rank, hook, sparse, flags, accumulate=1):
+    """STEPS steps of FlagsNet under DDP(**flags), `accumulate` micro-batches a
+    step (the first ones under no_sync()); hook None (plain DDP), "zen"
+    (zen.torch.register, scheme auto) or "topk" (TopKState(0.5))."""
+    torch.manual_seed(0)
+    model = FlagsNet(sparse, "find_unused_parameters" in flags)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01, **flags)
+    if hook == "zen":
+        zen.torch.register(ddp, scheme="auto")
+    elif hook == "topk":
+        ddp.register_comm_hook(TopKState(ratio=0.5, module=model, min_numel=1), topk_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for step in range(STEPS):
+        opt.zero_grad()
+        for micro in range(accumulate):
+            gen = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
+            x = torch.randint(0, VOCAB, (8, 6), generator=gen)
+            y = torch.randint(0, CLASSES, (8,), generator=gen)
+            if micro < accumulate - 1:
+                with ddp.no_sync():
+                    F.cross_entropy(ddp(x, step), y).backward()
+            else:
+                F.cross_entropy(ddp(x, step), y).backward()
+        opt.step()
+    return model
+
+
+def scenario_ddp_flags(rank, world):
+    """zen's hooks under DDP's options that users turn on: gradient_as_bucket_view,
+    static_graph, find_unused_parameters (a layer used every other step) and
+    gradient accumulation under no_sync(). zen.torch's hook: parameters
+    bit-for-bit plain DDP's under the same options. topk_hook: under the options
+    that do not change the arithmetic, bit-for-bit the hook without them; with
+    accumulation, every rank's parameters equal (the step's mean reached all)."""
+    cases = [("bucket_view", {"gradient_as_bucket_view": True}, 1),
+             ("static_graph", {"static_graph": True}, 1),
+             ("find_unused", {"find_unused_parameters": True}, 1),
+             ("no_sync", {}, 3),
+             ("bucket_view+no_sync", {"gradient_as_bucket_view": True}, 2)]
+    for sparse in (False, True):
+        for name, flags, accumulate in cases:
+            ref = train_flags(rank, None, sparse, flags, accumulate)
+            got = train_flags(rank, "zen", sparse, flags, accumulate)
+            for (n, p), (_, q) in zip(got.named_parameters(), ref.named_parameters()):
+                assert torch.equal(p, q), f"zen hook, {name}, sparse={sparse}: {n} differs"
+    plain = dict(train_flags(rank, "topk", False, {}).named_parameters())
+    for name, flags, accumulate in cases:
+        got = train_flags(rank, "topk", False, flags, accumulate)
+        for n, p in got.named_parameters():
+            if accumulate == 1 and "find_unused_parameters" not in flags:
+                assert torch.equal(p, plain[n]), f"topk_hook, {name}: {n} differs from no options"
+            mine = p.detach().clone()
+            dist.broadcast(p.detach(), src=0)
+            assert torch.equal(mine, p), f"topk_hook, {name}: {n} differs between ranks"
+    return {"cases": [c[0] for c in cases]}
 
 
 # --- the hook on hand-made buckets ----------------------------------------
@@ -496,7 +570,7 @@ SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_a
              "mismatch": scenario_mismatch, "drift": scenario_drift,
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
              "record": scenario_record, "values_pg": scenario_values_pg,
-             "values": scenario_values}
+             "values": scenario_values, "ddp_flags": scenario_ddp_flags}
 
 
 def main():
