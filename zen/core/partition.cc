@@ -155,13 +155,6 @@ std::span<const float> Partitions::values_of(int s) const {
       static_cast<size_t>(offsets[static_cast<size_t>(s)]) * w, static_cast<size_t>(count(s)) * w);
 }
 
-bool RowIsNonZero(const float* row, int64_t width) {
-  for (int64_t i = 0; i < width; ++i) {
-    if (row[i] != 0.0f) return true;
-  }
-  return false;
-}
-
 int EffectiveThreads(int threads) {
   if (threads > 0) return threads;
   const unsigned hw = std::thread::hardware_concurrency();

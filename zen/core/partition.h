@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "zen/core/divider.h"
+#include "zen/core/float_scan.h"
 #include "zen/core/hash.h"
 #include "zen/core/row_permutation.h"
 #include "zen/core/worker_pool.h"
@@ -205,35 +206,6 @@ class CountingPartitioner final : public Partitioner {
 
 // "counting" or "hierarchical"; InvalidArgument for another name.
 std::unique_ptr<Partitioner> MakePartitioner(std::string_view kind, int threads);
-
-// True if any of the width floats at row is non-zero (-0.0 counts as zero).
-bool RowIsNonZero(const float* row, int64_t width);
-
-// Calls fn(r) for every non-zero row r in [begin, end) of dense (row-major,
-// `width` floats per row), in ascending order. Runs of zero rows are skipped
-// 64 floats at a time with a branch-free test the compiler vectorizes.
-template <typename Fn>
-void ForEachNonZeroRow(const float* dense, int64_t width, int64_t begin, int64_t end, Fn&& fn) {
-  constexpr int64_t kBlock = 64;  // floats tested at once
-  int64_t r = begin;
-  if (width <= kBlock && kBlock % width == 0) {
-    const int64_t rows_per_block = kBlock / width;
-    while (r + rows_per_block <= end) {
-      const float* p = dense + r * width;
-      bool any = false;
-      for (int64_t i = 0; i < kBlock; ++i) any |= p[i] != 0.0f;
-      if (any) {
-        for (int64_t k = r; k < r + rows_per_block; ++k) {
-          if (RowIsNonZero(dense + k * width, width)) fn(k);
-        }
-      }
-      r += rows_per_block;
-    }
-  }
-  for (; r < end; ++r) {
-    if (RowIsNonZero(dense + r * width, width)) fn(r);
-  }
-}
 
 // Copies one row of width floats. Rows of up to 16 floats are copied
 // inline in 16-byte pieces (the last one overlapping), not by a call to

@@ -7,13 +7,10 @@
 
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/core/float_scan.h"
 
 namespace zen {
 namespace {
-
-bool RowIsZero(std::span<const float> row) {
-  return std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; });
-}
 
 void CheckValueCount(size_t nnz, int64_t width, size_t values, const std::string& name) {
   size_t want = 0;
@@ -190,12 +187,11 @@ SparseTensor SparseTensor::FromDense(std::span<const float> dense, int64_t rows,
   }
   std::vector<int64_t> ids;
   std::vector<float> values;
-  for (int64_t r = 0; r < rows; ++r) {
-    auto row = dense.subspan(static_cast<size_t>(r) * w, w);
-    if (RowIsZero(row)) continue;
+  ForEachNonZeroRow(dense.data(), width, 0, rows, [&](int64_t r) {
+    const float* row = dense.data() + static_cast<size_t>(r) * w;
     ids.push_back(r);
-    values.insert(values.end(), row.begin(), row.end());
-  }
+    values.insert(values.end(), row, row + w);
+  });
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
 }
 

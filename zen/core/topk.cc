@@ -10,17 +10,14 @@
 #include <thread>
 #include <utility>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "zen/core/checked.h"
+#include "zen/core/float_scan.h"
 #include "zen/core/worker_pool.h"
 
 namespace zen {
 namespace {
 
-inline uint32_t Key(float x) { return std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu; }
+inline uint32_t Key(float x) { return FloatKey(x); }
 
 // Runs body(i) for i = begin, begin + 1, ... while more(1) holds and i < end,
 // except that in blocks of kSkipBlock values (taken while more(kSkipBlock)
@@ -30,37 +27,14 @@ inline uint32_t Key(float x) { return std::bit_cast<uint32_t>(x) & 0x7FFFFFFFu; 
 // Returns where it stopped. The passes that gather the few values above a
 // threshold (1-2% of a gradient at ratio 1%) thus read each block with four
 // vector compares and write only what they take.
-constexpr size_t kSkipBlock = 16;
-
-// Bit j set: the key of d[j] is at least low (j < kSkipBlock).
-inline uint32_t KeysAtLeast(const float* d, uint32_t low) {
-#if defined(__SSE2__)
-  // Keys are below 2^31, so SSE2's signed compare is exact.
-  const __m128i abs = _mm_set1_epi32(0x7FFFFFFF);
-  const __m128i below = _mm_set1_epi32(static_cast<int32_t>(low) - 1);
-  uint32_t mask = 0;
-  for (int v = 0; v < 4; ++v) {
-    const __m128i x = _mm_and_si128(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 4 * v)), abs);
-    const int m = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(x, below)));
-    mask |= static_cast<uint32_t>(m) << (4 * v);
-  }
-  return mask;
-#else
-  uint32_t mask = 0;
-  for (size_t j = 0; j < kSkipBlock; ++j) mask |= static_cast<uint32_t>(Key(d[j]) >= low) << j;
-  return mask;
-#endif
-}
+constexpr size_t kSkipBlock = 16;  // KeysAtLeast16
 
 template <class More, class Body>
 size_t ScanAbove(const float* d, size_t begin, size_t end, uint32_t low, More more, Body body) {
   size_t i = begin;
-  if (low > 0) {  // low - 1 must not wrap (and low 0 takes every value anyway)
-    for (; end - i >= kSkipBlock && more(kSkipBlock); i += kSkipBlock) {
-      for (uint32_t mask = KeysAtLeast(d + i, low); mask != 0; mask &= mask - 1) {
-        body(i + static_cast<size_t>(std::countr_zero(mask)));
-      }
+  for (; end - i >= kSkipBlock && more(kSkipBlock); i += kSkipBlock) {
+    for (uint32_t mask = KeysAtLeast16(d + i, low); mask != 0; mask &= mask - 1) {
+      body(i + static_cast<size_t>(std::countr_zero(mask)));
     }
   }
   for (; i < end && more(1); ++i) body(i);
