@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
 
 import zen
 import zen.torch
@@ -126,10 +127,12 @@ class FlagsNet(Net):
         return out + self.sometimes(h).sum() if self.sometimes and step % 2 else out
 
 
-def train_flags(rank, hook, sparse, flags, accumulate=1):
+def train_flags(rank, hook, sparse, flags, accumulate=1, join=False):
     """STEPS steps of FlagsNet under DDP(**flags), `accumulate` micro-batches a
     step (the first ones under no_sync()); hook None (plain DDP), "zen"
-    (zen.torch.register, scheme auto) or "topk" (TopKState(0.5))."""
+    (zen.torch.register, scheme auto) or "topk" (TopKState(0.5)). join: rank r
+    takes STEPS + 2 r steps inside DDP's Join (uneven inputs: ranks that ran
+    out run the hook on zero buckets while the others train)."""
     torch.manual_seed(0)
     model = FlagsNet(sparse, "find_unused_parameters" in flags)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01, **flags)
@@ -138,44 +141,51 @@ def train_flags(rank, hook, sparse, flags, accumulate=1):
     elif hook == "topk":
         ddp.register_comm_hook(TopKState(ratio=0.5, module=model, min_numel=1), topk_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    for step in range(STEPS):
-        opt.zero_grad()
-        for micro in range(accumulate):
-            gen = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
-            x = torch.randint(0, VOCAB, (8, 6), generator=gen)
-            y = torch.randint(0, CLASSES, (8,), generator=gen)
-            if micro < accumulate - 1:
-                with ddp.no_sync():
-                    F.cross_entropy(ddp(x, step), y).backward()
-            else:
-                F.cross_entropy(ddp(x, step), y).backward()
-        opt.step()
+    with Join([ddp], enable=join):
+        for step in range(STEPS + 2 * rank if join else STEPS):
+            train_flags_step(ddp, opt, rank, step, accumulate)
     return model
+
+
+def train_flags_step(ddp, opt, rank, step, accumulate):
+    opt.zero_grad()
+    for micro in range(accumulate):
+        gen = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
+        x = torch.randint(0, VOCAB, (8, 6), generator=gen)
+        y = torch.randint(0, CLASSES, (8,), generator=gen)
+        if micro < accumulate - 1:
+            with ddp.no_sync():
+                F.cross_entropy(ddp(x, step), y).backward()
+        else:
+            F.cross_entropy(ddp(x, step), y).backward()
+    opt.step()
 
 
 def scenario_ddp_flags(rank, world):
     """zen's hooks under DDP's options that users turn on: gradient_as_bucket_view,
-    static_graph, find_unused_parameters (a layer used every other step) and
-    gradient accumulation under no_sync(). zen.torch's hook: parameters
-    bit-for-bit plain DDP's under the same options. topk_hook: under the options
-    that do not change the arithmetic, bit-for-bit the hook without them; with
-    accumulation, every rank's parameters equal (the step's mean reached all)."""
-    cases = [("bucket_view", {"gradient_as_bucket_view": True}, 1),
-             ("static_graph", {"static_graph": True}, 1),
-             ("find_unused", {"find_unused_parameters": True}, 1),
-             ("no_sync", {}, 3),
-             ("bucket_view+no_sync", {"gradient_as_bucket_view": True}, 2)]
+    static_graph, find_unused_parameters (a layer used every other step),
+    gradient accumulation under no_sync() and uneven inputs under Join.
+    zen.torch's hook: parameters bit-for-bit plain DDP's under the same
+    options. topk_hook: under the options that do not change the arithmetic,
+    bit-for-bit the hook without them; with accumulation or Join, every rank's
+    parameters equal (the step's mean reached all)."""
+    cases = [("bucket_view", {"gradient_as_bucket_view": True}, 1, False),
+             ("static_graph", {"static_graph": True}, 1, False),
+             ("find_unused", {"find_unused_parameters": True}, 1, False),
+             ("no_sync", {}, 3, False),
+             ("bucket_view+no_sync", {"gradient_as_bucket_view": True}, 2, False),
+             ("join", {}, 1, True)]
     for sparse in (False, True):
-        for name, flags, accumulate in cases:
-            ref = train_flags(rank, None, sparse, flags, accumulate)
-            got = train_flags(rank, "zen", sparse, flags, accumulate)
+        for name, flags, accumulate, join in cases:
+            ref = train_flags(rank, None, sparse, flags, accumulate, join)
+            got = train_flags(rank, "zen", sparse, flags, accumulate, join)
             for (n, p), (_, q) in zip(got.named_parameters(), ref.named_parameters()):
                 assert torch.equal(p, q), f"zen hook, {name}, sparse={sparse}: {n} differs"
     plain = dict(train_flags(rank, "topk", False, {}).named_parameters())
-    for name, flags, accumulate in cases:
-        got = train_flags(rank, "topk", False, flags, accumulate)
+    for name, flags, accumulate, join in cases:
+        got = train_flags(rank, "topk", False, flags, accumulate, join)
         for n, p in got.named_parameters():
-            if accumulate == 1 and "find_unused_parameters" not in flags:
+            if accumulate == 1 and not join and "find_unused_parameters" not in flags:
                 assert torch.equal(p, plain[n]), f"topk_hook, {name}: {n} differs from no options"
             mine = p.detach().clone()
             dist.broadcast(p.detach(), src=0)
