@@ -71,6 +71,14 @@ def test_ddp_options_users_turn_on(job):
     check(job, "ddp_flags")
 
 
+def test_ddp_on_subgroups(job):
+    # Two DDP replicas (even and odd ranks): the hooks on the model's group
+    # match plain DDP on it; a hook state on the world (the default) raises
+    # zen.MismatchError on every rank instead of averaging the replicas'
+    # gradients together (zen_worker.scenario_subgroups).
+    check(job, "subgroups")
+
+
 def test_hook_edge_buckets(job):
     # All-zero buckets, buckets without zero rows, rank-dependent zero rows and
     # an uncoalesced sparse COO bucket.

@@ -193,6 +193,63 @@ def scenario_ddp_flags(rank, world):
     return {"cases": [c[0] for c in cases]}
 
 
+# --- DDP on process subgroups -------------------------------------------------
+
+def train_subgroup(rank, group, hook, sparse):
+    """STEPS steps of Net under DDP(process_group=group), the model seeded by
+    the group (rank % 2): the even and the odd ranks train different
+    replicas. hook: None (plain DDP), "register" (zen.torch.register),
+    "state" (ZenState(group)), "world" (ZenState(): the world, the wrong
+    group), "topk" (TopKState(process_group=group)), "topk-world" (TopKState())."""
+    torch.manual_seed(rank % 2)
+    model = Net(sparse)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01, process_group=group)
+    if hook == "register":
+        zen.torch.register(ddp, scheme="auto")
+    elif hook in ("state", "world"):
+        ddp.register_comm_hook(zen.torch.ZenState(group if hook == "state" else None),
+                               zen.torch.comm_hook)
+    elif hook in ("topk", "topk-world"):
+        ddp.register_comm_hook(TopKState(ratio=0.5, module=model, min_numel=1,
+                                         process_group=group if hook == "topk" else None),
+                               topk_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for step in range(STEPS):
+        gen = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randint(0, VOCAB, (8, 6), generator=gen)
+        y = torch.randint(0, CLASSES, (8,), generator=gen)
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return model
+
+
+def scenario_subgroups(rank, world):
+    """DDP on the even and on the odd ranks (two replicas, as the
+    data-parallel groups of a model-parallel job): with the hook's state on
+    the model's group, parameters bit-for-bit plain DDP's on that group
+    (zen.torch.register, ZenState(group)), top-k equal within the group; with
+    the state on the world (the default), zen.MismatchError on every rank
+    before any gradient is averaged across the two replicas."""
+    groups = [dist.new_group([r for r in range(world) if r % 2 == parity]) for parity in (0, 1)]
+    group = groups[rank % 2]
+    for sparse in (False, True):
+        ref = dict(train_subgroup(rank, group, None, sparse).named_parameters())
+        for hook in ("register", "state"):
+            for n, p in train_subgroup(rank, group, hook, sparse).named_parameters():
+                assert torch.equal(p, ref[n]), f"{hook}, sparse={sparse}: {n} differs"
+        expect(zen.MismatchError, lambda: train_subgroup(rank, group, "world", sparse),
+               "different parameters")
+    got = train_subgroup(rank, group, "topk", False)
+    for n, p in got.named_parameters():
+        mine = p.detach().clone()
+        dist.broadcast(p.detach(), src=rank % 2, group=group)
+        assert torch.equal(mine, p), f"topk_hook on the subgroup: {n} differs within it"
+    expect(zen.MismatchError, lambda: train_subgroup(rank, group, "topk-world", False),
+           "different parameters")
+    return {"groups": [dist.get_process_group_ranks(g) for g in groups]}
+
+
 # --- the hook on hand-made buckets ----------------------------------------
 
 class FakeBucket:
@@ -580,7 +637,8 @@ SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_a
              "mismatch": scenario_mismatch, "drift": scenario_drift,
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
              "record": scenario_record, "values_pg": scenario_values_pg,
-             "values": scenario_values, "ddp_flags": scenario_ddp_flags}
+             "values": scenario_values, "ddp_flags": scenario_ddp_flags,
+             "subgroups": scenario_subgroups}
 
 
 def main():

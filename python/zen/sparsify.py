@@ -102,7 +102,12 @@ class TopKState:
         error_feedback: keep the values not sent and add them to the next
             step's gradient (True), or drop them (False: for comparison only).
         zen_state: the zen.torch.ZenState to synchronize through (its
-            Context and Communicator); default a new one on the default group.
+            Context and Communicator); default a new one on `process_group`.
+        process_group: the DDP model's process group (``ddp.process_group``)
+            when it is not the world, as torch's PowerSGDState takes it; the
+            default state synchronizes over it. A state whose group holds
+            ranks of other DDP replicas raises zen.MismatchError at the
+            first bucket (ZenState.check_replicas) instead of mixing them.
         module: the model, to name parameters (dense_params by name, and the
             items' names across ranks).
         threads: threads of the selector (a persistent pool).
@@ -141,7 +146,8 @@ class TopKState:
     def __init__(self, ratio=0.01, *, warmup_steps=0, ramp_steps=0, dense_params=(),
                  min_numel=1024, momentum=None, exact=True, error_feedback=True,
                  zen_state=None, module=None, threads=1, keep_stats=None, scheme=None,
-                 record=None, record_steps=3, record_start=None, fuse=True, coalesce=False):
+                 record=None, record_steps=3, record_start=None, fuse=True, coalesce=False,
+                 process_group=None):
         if not 0.0 < ratio <= 1.0:
             raise ValueError(f"zen: TopKState ratio must lie in (0, 1], got {ratio}")
         if warmup_steps < 0 or ramp_steps < 0:
@@ -157,7 +163,12 @@ class TopKState:
         self.error_feedback = error_feedback
         self.keep_stats = keep_stats
         self.scheme = scheme
+        if zen_state is not None and process_group is not None and (
+                zen_state.process_group is not process_group):
+            raise ValueError("zen: TopKState: zen_state synchronizes over another process group "
+                             "than process_group; pass one of them")
         self._zen_state = zen_state
+        self._process_group = process_group
         self.selector = zen.TopKSelector(threads, method="exact" if exact else "sampled")
         self.step = 0
         self.stats = []
@@ -192,7 +203,7 @@ class TopKState:
     def zen_state(self):
         if self._zen_state is None:
             import zen.torch  # late: zen.torch imports this module
-            self._zen_state = zen.torch.ZenState()
+            self._zen_state = zen.torch.ZenState(self._process_group)
         return self._zen_state
 
     def current_ratio(self, step=None):
@@ -296,6 +307,7 @@ def topk_hook(state, bucket):
     """
     if not isinstance(state, TopKState):
         raise TypeError(f"zen: topk_hook needs a TopKState, got {type(state).__name__}")
+    state.zen_state.check_replicas(bucket)
     buffer = bucket.buffer()
     ratio = state.current_ratio()
     try:

@@ -37,6 +37,7 @@ a RuntimeError whose message starts with the zen class name.
 """
 
 import datetime
+import hashlib
 import itertools
 import math
 import os
@@ -44,6 +45,7 @@ import sys
 import time
 import zlib
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
@@ -223,6 +225,7 @@ class ZenState:
         self._names = {}
         if module is not None:
             self._names = {id(p): n for n, p in module.named_parameters()}
+        self._replicas_checked = set()  # (bucket index, parameter ids) found equal on all ranks
 
     @property
     def comm(self):
@@ -242,6 +245,49 @@ class ZenState:
     @property
     def world_size(self):
         return self.comm.size
+
+    def check_replicas(self, bucket):
+        """Before a DDP bucket's first synchronization: every rank of this
+        state's group holds the same parameters, as DDP keeps them within its
+        process group. A hook state whose group is not the DDP model's (the
+        world by default, while DDP runs on a subgroup, e.g. one
+        data-parallel group of a model-parallel job) would otherwise average
+        gradients of different replicas or shards and train on them without
+        an error. Compares a fingerprint of the bucket's parameters (their
+        shapes, dtypes and up to 257 values each) over zen's communicator, in
+        one small batch; raises zen.MismatchError on every rank when
+        they differ. The hooks call it; no gradient is synchronized before it.
+        Again when a bucket holds other parameters (DDP rebuilds its
+        buckets after the first step; a state serves a new model)."""
+        index = bucket.index()
+        params = bucket.parameters()
+        key = (index, tuple(id(p) for p in params))  # a new model or rebuilt bucket: again
+        if key in self._replicas_checked:
+            return
+        comm = self.comm
+        world, rank = comm.size, comm.rank
+        mine = _replica_fingerprint(params)
+        # Each rank's 48-bit fingerprint in 16-bit pieces, in its own slots of
+        # a dense sum: one non-zero per slot, so the float32 sum is exact.
+        slots = np.zeros(3 * world, dtype=np.float32)
+        slots[3 * rank:3 * rank + 3] = [(mine >> (16 * i)) & 0xFFFF for i in range(3)]
+        self.context.start(f"zen.replicas.bucket{index}",
+                           [("dense", "replicas", slots, slots.size, 1, {"scheme": "agsparse"})]
+                           ).wait()
+        prints = [sum(int(slots[3 * r + i]) << (16 * i) for i in range(3)) for r in range(world)]
+        if all(f == prints[0] for f in prints):
+            self._replicas_checked.add(key)
+        else:
+            groups = {}
+            for r, f in enumerate(prints):
+                groups.setdefault(f, []).append(r)
+            held = " | ".join(", ".join(map(str, rs)) for rs in groups.values())
+            raise zen.MismatchError(
+                f"zen: rank {rank}: DDP bucket {index}: the ranks of this hook's group hold "
+                f"different parameters (ranks with equal ones: {held}), so they are not "
+                "replicas of one DDP model: the hook's state must synchronize over the DDP "
+                "model's process group (zen.torch.register(ddp) does; else "
+                "ZenState(ddp.process_group), TopKState(process_group=ddp.process_group))")
 
     def decision(self, tensor):
         """The scheme 'auto' chose on its latest call for a tensor name, or None."""
@@ -279,6 +325,21 @@ def _state(state):
     if group not in _default_states:
         _default_states[group] = ZenState()
     return _default_states[group]
+
+
+def _replica_fingerprint(params):
+    """48 bits of a digest of the parameters' shapes, dtypes and up to 257
+    values each (a stride through each and its last value): equal on ranks
+    that hold the same parameters."""
+    digest = hashlib.blake2b(digest_size=8)
+    for p in params:
+        flat = p.detach().reshape(-1)
+        digest.update(f"{tuple(p.shape)} {p.dtype};".encode())
+        n = flat.numel()
+        if n:
+            sample = torch.cat([flat[::max(1, n // 256)][:256], flat[-1:]])
+            digest.update(sample.to(torch.float32).contiguous().numpy().tobytes())
+    return int.from_bytes(digest.digest()[:6], "little")
 
 
 def _matrix_shape(shape):
@@ -655,6 +716,7 @@ def comm_hook(state, bucket):
     sends the values at half width.
     """
     state = _state(state)
+    state.check_replicas(bucket)
     buffer = bucket.buffer()
     index = bucket.index()
     world = state.world_size
