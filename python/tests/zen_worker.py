@@ -61,17 +61,13 @@ class Net(nn.Module):
         return self.proj(self.norm(self.emb(x)).mean(1))
 
 
-def train(sparse, rank, scheme, **options):
-    torch.manual_seed(0)
-    model = Net(sparse)
-    # Small buckets so that several dense buckets, each of several views, occur.
-    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
-    state = zen.torch.register(ddp, scheme=scheme, **options) if scheme else None
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+def run_steps(ddp, opt, rank, steps):
+    """`steps` SGD steps of a Net under DDP on rank-seeded batches (few
+    distinct tokens per rank: most embedding rows get no gradient); the
+    losses."""
     losses = []
-    for step in range(STEPS):
+    for step in range(steps):
         gen = torch.Generator().manual_seed(1000 * step + rank)
-        # Few distinct tokens per rank: most embedding rows get no gradient.
         x = torch.randint(0, VOCAB, (8, 6), generator=gen)
         y = torch.randint(0, CLASSES, (8,), generator=gen)
         opt.zero_grad()
@@ -79,6 +75,17 @@ def train(sparse, rank, scheme, **options):
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    return losses
+
+
+def train(sparse, rank, scheme, **options):
+    torch.manual_seed(0)
+    model = Net(sparse)
+    # Small buckets so that several dense buckets, each of several views, occur.
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+    state = zen.torch.register(ddp, scheme=scheme, **options) if scheme else None
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = run_steps(ddp, opt, rank, STEPS)
     return model, state, losses
 
 
@@ -214,13 +221,7 @@ def train_subgroup(rank, group, hook, sparse):
                                          process_group=group if hook == "topk" else None),
                                topk_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    for step in range(STEPS):
-        gen = torch.Generator().manual_seed(1000 * step + rank)
-        x = torch.randint(0, VOCAB, (8, 6), generator=gen)
-        y = torch.randint(0, CLASSES, (8,), generator=gen)
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
+    run_steps(ddp, opt, rank, STEPS)
     return model
 
 
@@ -461,17 +462,7 @@ def train_plain_hook(sparse, rank, hook):
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
     ddp.register_comm_hook(None, hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    losses = []
-    for step in range(STEPS):
-        gen = torch.Generator().manual_seed(1000 * step + rank)
-        x = torch.randint(0, VOCAB, (8, 6), generator=gen)
-        y = torch.randint(0, CLASSES, (8,), generator=gen)
-        opt.zero_grad()
-        loss = F.cross_entropy(ddp(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return model, losses
+    return model, run_steps(ddp, opt, rank, STEPS)
 
 
 def scenario_values_pg(rank, world):
@@ -540,13 +531,7 @@ def scenario_record(rank, world):
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
         zen.torch.register(ddp, record=path, record_steps=2)
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
-        for step in range(3):
-            gen = torch.Generator().manual_seed(1000 * step + rank)
-            x = torch.randint(0, VOCAB, (8, 6), generator=gen)
-            y = torch.randint(0, CLASSES, (8,), generator=gen)
-            opt.zero_grad()
-            F.cross_entropy(ddp(x), y).backward()
-            opt.step()
+        run_steps(ddp, opt, rank, 3)
         dist.barrier()
         if rank != 0:
             continue
