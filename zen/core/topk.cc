@@ -20,21 +20,32 @@ namespace {
 inline uint32_t Key(float x) { return FloatKey(x); }
 
 // Runs body(i) for i = begin, begin + 1, ... while more(1) holds and i < end,
-// except that in blocks of kSkipBlock values (taken while more(kSkipBlock)
-// holds) it is run only for the values whose key is at least `low`: `body`
-// must be a no-op for a value below `low`, apart from writes that later calls
-// overwrite, and writes at most one slot per call (more() checks the room).
-// Returns where it stopped. The passes that gather the few values above a
-// threshold (1-2% of a gradient at ratio 1%) thus read each block with four
-// vector compares and write only what they take.
+// except that it is run only for the values whose key is at least `low`, in
+// blocks of kSkipBlock values: `body` must be a no-op for a value below
+// `low`, apart from writes that later calls overwrite, and writes at most
+// one slot per call; more(c) says whether there is room for c more calls.
+// A block whose values at or above `low` outnumber the room left is done one
+// value at a time, each call checked (as the whole scan once was), and the
+// scan goes on by blocks after it. Returns where it stopped. The passes that
+// gather the few values above a threshold (1-2% of a gradient at ratio 1%)
+// thus read each block with four vector compares and write only what they
+// take.
 constexpr size_t kSkipBlock = 16;  // KeysAtLeast16
 
 template <class More, class Body>
 size_t ScanAbove(const float* d, size_t begin, size_t end, uint32_t low, More more, Body body) {
   size_t i = begin;
-  for (; end - i >= kSkipBlock && more(kSkipBlock); i += kSkipBlock) {
-    for (uint32_t mask = KeysAtLeast16(d + i, low); mask != 0; mask &= mask - 1) {
-      body(i + static_cast<size_t>(std::countr_zero(mask)));
+  for (; end - i >= kSkipBlock; i += kSkipBlock) {
+    uint32_t mask = KeysAtLeast16(d + i, low);
+    if (mask == 0) continue;  // most blocks
+    // Room for the whole block, else (rarely) for the values it takes.
+    if (more(kSkipBlock) || more(static_cast<size_t>(std::popcount(mask)))) {
+      for (; mask != 0; mask &= mask - 1) body(i + static_cast<size_t>(std::countr_zero(mask)));
+      continue;
+    }
+    for (size_t j = i; j < i + kSkipBlock; ++j) {
+      if (!more(1)) return j;
+      body(j);
     }
   }
   for (; i < end && more(1); ++i) body(i);

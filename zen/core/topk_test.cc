@@ -188,6 +188,19 @@ TEST(TopK, SmallLayersTakeTheOnePassPathExactly) {
       EXPECT_TRUE(sel.stats().one_pass);
     }
   }
+  // Ties at the boundary filling whole blocks early, the largest values at
+  // the very end: the collecting pass meets blocks with more values at the
+  // boundary than places left, and finishes one value at a time.
+  for (size_t n : {size_t{4'000}, size_t{20'000}}) {
+    auto input = Gaussian(n, n + 1);
+    for (size_t i = 160; i < 260; ++i) input[i] = (i % 2 ? 10.0f : -10.0f);
+    for (size_t i = n - 5; i < n; ++i) input[i] = 20.0f;
+    TopKSelector sel(1);
+    for (size_t k : {size_t{6}, size_t{50}, size_t{104}}) {
+      SCOPED_TRACE(testing::Message() << "ties, n " << n << " k " << k);
+      CheckExact(sel, input, k);
+    }
+  }
   // Below kOnePassMin the radix select runs, with the same answer.
   const auto small = Gaussian(TopKSelector::kOnePassMin - 1, 3);
   TopKSelector sel(1);
