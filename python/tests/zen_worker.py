@@ -131,7 +131,7 @@ class FlagsNet(Net):
     def forward(self, x, step):
         h = self.norm(self.emb(x)).mean(1)
         out = self.proj(h)
-        return out + self.sometimes(h).sum() if self.sometimes and step % 2 else out
+        return out + self.sometimes(h).sum() if self.sometimes is not None and step % 2 else out
 
 
 def train_flags(rank, hook, sparse, flags, accumulate=1, join=False):
