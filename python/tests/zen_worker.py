@@ -61,18 +61,25 @@ class Net(nn.Module):
         return self.proj(self.norm(self.emb(x)).mean(1))
 
 
-def run_steps(ddp, opt, rank, steps):
+def run_steps(ddp, opt, rank, steps, accumulate=1, pass_step=False):
     """`steps` SGD steps of a Net under DDP on rank-seeded batches (few
-    distinct tokens per rank: most embedding rows get no gradient); the
-    losses."""
+    distinct tokens per rank: most embedding rows get no gradient), each of
+    `accumulate` micro-batches (the first ones under no_sync()); pass_step:
+    the model's forward also takes the step number. The losses."""
     losses = []
     for step in range(steps):
-        gen = torch.Generator().manual_seed(1000 * step + rank)
-        x = torch.randint(0, VOCAB, (8, 6), generator=gen)
-        y = torch.randint(0, CLASSES, (8,), generator=gen)
         opt.zero_grad()
-        loss = F.cross_entropy(ddp(x), y)
-        loss.backward()
+        for micro in range(accumulate):
+            gen = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
+            x = torch.randint(0, VOCAB, (8, 6), generator=gen)
+            y = torch.randint(0, CLASSES, (8,), generator=gen)
+            inputs = (x, step) if pass_step else (x,)
+            if micro < accumulate - 1:
+                with ddp.no_sync():
+                    F.cross_entropy(ddp(*inputs), y).backward()
+            else:
+                loss = F.cross_entropy(ddp(*inputs), y)
+                loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses
@@ -149,23 +156,9 @@ def train_flags(rank, hook, sparse, flags, accumulate=1, join=False):
         ddp.register_comm_hook(TopKState(ratio=0.5, module=model, min_numel=1), topk_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     with Join([ddp], enable=join):
-        for step in range(STEPS + 2 * rank if join else STEPS):
-            train_flags_step(ddp, opt, rank, step, accumulate)
+        run_steps(ddp, opt, rank, STEPS + 2 * rank if join else STEPS, accumulate,
+                  pass_step=True)
     return model
-
-
-def train_flags_step(ddp, opt, rank, step, accumulate):
-    opt.zero_grad()
-    for micro in range(accumulate):
-        gen = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
-        x = torch.randint(0, VOCAB, (8, 6), generator=gen)
-        y = torch.randint(0, CLASSES, (8,), generator=gen)
-        if micro < accumulate - 1:
-            with ddp.no_sync():
-                F.cross_entropy(ddp(x, step), y).backward()
-        else:
-            F.cross_entropy(ddp(x, step), y).backward()
-    opt.step()
 
 
 def scenario_ddp_flags(rank, world):

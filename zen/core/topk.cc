@@ -17,8 +17,6 @@
 namespace zen {
 namespace {
 
-inline uint32_t Key(float x) { return FloatKey(x); }
-
 // Runs body(i) for i = begin, begin + 1, ... while more(1) holds and i < end,
 // except that it is run only for the values whose key is at least `low`, in
 // blocks of kSkipBlock values: `body` must be a no-op for a value below
@@ -84,14 +82,14 @@ void Histogram(const float* data, Part& part, int level, uint32_t prefix) {
     if (level == 0) {
       size_t i = b;
       for (; i + 2 <= e; i += 2) {
-        ++h[0][Key(data[i]) >> shift];
-        ++h[1][Key(data[i + 1]) >> shift];
+        ++h[0][FloatKey(data[i]) >> shift];
+        ++h[1][FloatKey(data[i + 1]) >> shift];
       }
-      if (i < e) ++h[0][Key(data[i]) >> shift];
+      if (i < e) ++h[0][FloatKey(data[i]) >> shift];
     } else {
       const int above = kShift[level - 1];
       for (size_t i = b; i < e; ++i) {
-        const uint32_t key = Key(data[i]);
+        const uint32_t key = FloatKey(data[i]);
         if ((key >> above) == prefix) ++h[0][(key >> shift) & mask];
       }
     }
@@ -115,7 +113,7 @@ void Collect(float* data, const Part& part, int shift, uint32_t prefix, int64_t*
       [&](size_t room) { return last - out >= room; },
       [&](size_t i) {
         const float x = data[i];
-        const uint32_t hi = Key(x) >> shift;
+        const uint32_t hi = FloatKey(x) >> shift;
         const size_t eq = hi == prefix;
         const size_t take =
             static_cast<size_t>(hi > prefix) | (eq & static_cast<size_t>(quota > 0));
@@ -247,7 +245,7 @@ uint32_t TopKSelector::ResolveCandidates(std::span<float> data, int count, uint3
     ScanAbove(
         d, p.begin, p.end, bucket << shift, [&](size_t room) { return last - j >= room; },
         [&](size_t i) {
-          const uint32_t key = Key(d[i]);
+          const uint32_t key = FloatKey(d[i]);
           out[j] = key;
           j += (key >> shift) == bucket;
         });
@@ -295,7 +293,7 @@ uint32_t TopKSelector::SampleKey(std::span<const float> data, size_t s, size_t r
   const size_t stride = n / s;
   const size_t start = static_cast<size_t>(im.Next() % stride);
   im.sample.resize(s);
-  for (size_t j = 0; j < s; ++j) im.sample[j] = Key(data[start + j * stride]);
+  for (size_t j = 0; j < s; ++j) im.sample[j] = FloatKey(data[start + j * stride]);
   rank = std::clamp<size_t>(rank, 1, s);
   std::nth_element(im.sample.begin(), im.sample.begin() + static_cast<std::ptrdiff_t>(rank - 1),
                    im.sample.end(), std::greater<>());
@@ -339,7 +337,7 @@ bool TopKSelector::Gather(std::span<const float> data, int count, uint32_t low, 
           const float x = d[i];
           ci[out] = static_cast<int64_t>(i);
           cv[out] = x;
-          out += Key(x) >= low;
+          out += FloatKey(x) >= low;
         });
     im.cand_count[static_cast<size_t>(t)] = out;
     if (out == p.quota && stopped < p.end) overflow.store(true, std::memory_order_relaxed);
@@ -372,7 +370,7 @@ bool TopKSelector::SelectExactBySample(std::span<float> data, size_t k, std::spa
   for (int t = 0; t < count; ++t) {
     const Part& p = im.parts[static_cast<size_t>(t)];
     for (size_t j = 0; j < im.cand_count[static_cast<size_t>(t)]; ++j)
-      im.sorted[at++] = Key(im.cand_values[p.offset + j]);
+      im.sorted[at++] = FloatKey(im.cand_values[p.offset + j]);
   }
   std::nth_element(im.sorted.begin(), im.sorted.begin() + static_cast<std::ptrdiff_t>(k - 1),
                    im.sorted.end(), std::greater<>());
@@ -384,7 +382,7 @@ bool TopKSelector::SelectExactBySample(std::span<float> data, size_t k, std::spa
     const Part& p = im.parts[static_cast<size_t>(t)];
     for (size_t j = 0; j < im.cand_count[static_cast<size_t>(t)]; ++j) {
       const float x = im.cand_values[p.offset + j];
-      const uint32_t key = Key(x);
+      const uint32_t key = FloatKey(x);
       if (key > boundary || (key == boundary && ties > 0)) {
         if (key == boundary) --ties;
         const int64_t i = im.cand_ids[p.offset + j];
