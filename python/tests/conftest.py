@@ -20,5 +20,5 @@ def job(request, session_tmp):
     world = request.param
     results, log = run_ranks(session_tmp.mktemp(f"world{world}"), world,
                              ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp",
-                              "values_pg", "values", "ddp_flags", "subgroups"])
+                              "values_pg", "values", "ddp_flags", "subgroups", "compiled"])
     return world, results, log

@@ -79,6 +79,15 @@ def test_ddp_on_subgroups(job):
     check(job, "subgroups")
 
 
+def test_ddp_under_torch_compile(job):
+    # torch.compile(ddp) (dynamo, aot_eager backend), sparse and dense
+    # embeddings: zen.torch's hook bit-for-bit plain DDP compiled the same way,
+    # topk_hook bit-for-bit the hook without compilation and equal on every
+    # rank (zen_worker.scenario_compiled).
+    results = check(job, "compiled")
+    assert all(n >= 3 for n in results[0]["graphs"].values()), results[0]
+
+
 def test_hook_edge_buckets(job):
     # All-zero buckets, buckets without zero rows, rank-dependent zero rows and
     # an uncoalesced sparse COO bucket.

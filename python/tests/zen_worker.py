@@ -193,6 +193,66 @@ def scenario_ddp_flags(rank, world):
     return {"cases": [c[0] for c in cases]}
 
 
+# --- torch.compile ------------------------------------------------------------
+
+def train_compiled(rank, hook, sparse, graphs):
+    """STEPS steps of Net under DDP with default buckets (torch's DDPOptimizer
+    asserts that no bucket is smaller than the first), hook None, "zen" or
+    "topk" as in train_flags; compiled with torch.compile when `graphs` is a
+    list (the graphs dynamo hands its backend are appended to it; aot_eager:
+    AOTAutograd's forward and backward graphs, run without code generation),
+    eager when it is None. The model and the hook's state."""
+    torch.manual_seed(0)
+    model = Net(sparse)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = None
+    if hook == "zen":
+        state = zen.torch.register(ddp, scheme="auto")
+    elif hook == "topk":
+        state = TopKState(ratio=0.5, module=model, min_numel=1)
+        ddp.register_comm_hook(state, topk_hook)
+    forward = ddp
+    if graphs is not None:
+        from torch._dynamo.backends.registry import lookup_backend
+        aot_eager = lookup_backend("aot_eager")
+
+        def backend(gm, example_inputs):
+            graphs.append(gm)
+            return aot_eager(gm, example_inputs)
+
+        torch._dynamo.reset()
+        forward = torch.compile(ddp, backend=backend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    run_steps(forward, opt, rank, STEPS)
+    return model, state
+
+
+def scenario_compiled(rank, world):
+    """zen's hooks on a DDP model under torch.compile (dynamo traces the model,
+    DDP's reducer runs the hook from the compiled backward): zen.torch's hook
+    bit-for-bit plain DDP compiled the same way; topk_hook bit-for-bit the
+    same hook without compilation, every rank's parameters equal. Sparse and
+    dense embeddings."""
+    compiled_graphs = {}
+    for sparse in (False, True):
+        graphs = []
+        ref = dict(train_compiled(rank, None, sparse, graphs)[0].named_parameters())
+        got, state = train_compiled(rank, "zen", sparse, graphs)
+        assert state.comm.bytes_sent > 0, f"sparse={sparse}: the compiled model ran no zen hook"
+        for n, p in got.named_parameters():
+            assert torch.equal(p, ref[n]), f"zen hook, compiled, sparse={sparse}: {n} differs"
+        eager = dict(train_compiled(rank, "topk", sparse, None)[0].named_parameters())
+        got, _ = train_compiled(rank, "topk", sparse, graphs)
+        for n, p in got.named_parameters():
+            assert torch.equal(p, eager[n]), f"topk_hook, sparse={sparse}: {n} differs compiled"
+            mine = p.detach().clone()
+            dist.broadcast(p.detach(), src=0)
+            assert torch.equal(mine, p), f"topk_hook, compiled, sparse={sparse}: {n} differs between ranks"
+        assert graphs, f"sparse={sparse}: torch.compile handed its backend no graph"
+        compiled_graphs[f"sparse={sparse}"] = len(graphs)
+    return {"graphs": compiled_graphs}
+
+
 # --- DDP on process subgroups -------------------------------------------------
 
 def train_subgroup(rank, group, hook, sparse):
@@ -616,7 +676,7 @@ SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_a
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
              "record": scenario_record, "values_pg": scenario_values_pg,
              "values": scenario_values, "ddp_flags": scenario_ddp_flags,
-             "subgroups": scenario_subgroups}
+             "subgroups": scenario_subgroups, "compiled": scenario_compiled}
 
 
 def main():
