@@ -329,6 +329,83 @@ def scenario_ddp_sparse_coalesced(rank, world):
     return scenario_ddp_sparse(rank, world, coalesce=True)
 
 
+def scenario_checkpoint(rank, world):
+    # Training saved after 3 of 7 steps (in the middle of the ramp, momentum
+    # correction on) and resumed in a new model, DDP and TopKState from what
+    # torch.save wrote of each (every rank its own file, read back with
+    # weights_only=True) ends bit for bit where the run without the stop
+    # ends; without the state's checkpoint (a fresh TopKState) it does not.
+    steps, stop = 7, 3
+
+    def options(m):
+        return TopKState(ratio=0.01, warmup_steps=1, ramp_steps=3, momentum=0.5, module=m,
+                         min_numel=100)
+
+    def run(first, last, saved=None, load_topk=True):
+        torch.manual_seed(0)
+        model = Net()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.02)
+        state = options(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.2)
+        if saved is not None:
+            ckpt = torch.load(saved, weights_only=True)
+            model.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["opt"])
+            if load_topk:
+                state.load_state_dict(ckpt["topk"])
+        ddp.register_comm_hook(state, topk_hook)
+        for step in range(first, last):
+            gen = torch.Generator().manual_seed(1000 * step + rank)
+            x = torch.randint(0, 200, (16, 8), generator=gen)
+            y = torch.randint(0, 200, (16,), generator=gen)
+            opt.zero_grad()
+            F.cross_entropy(ddp(x), y).backward()
+            opt.step()
+        return model, state, opt
+
+    reference, ref_state, _ = run(0, steps)
+    model, state, opt = run(0, stop)
+    path = os.path.join(OUT_DIR, f"checkpoint.{rank}.pt")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                "topk": state.state_dict()}, path)
+    resumed, resumed_state, _ = run(stop, steps, path)
+    assert resumed_state.step == ref_state.step == steps
+    assert [r["ratio"] for r in resumed_state.stats] == [r["ratio"] for r in ref_state.stats[stop:]]
+    for (name, p), (_, q) in zip(resumed.named_parameters(), reference.named_parameters()):
+        assert torch.equal(p, q), f"parameter {name} differs after the resume"
+    for table in ("residuals", "velocities"):
+        mine, ref = getattr(resumed_state, table), getattr(ref_state, table)
+        names = {id(p): n for n, p in resumed.named_parameters()}
+        ref_names = {id(p): n for n, p in reference.named_parameters()}
+        assert {names[k]: v.tolist() for k, v in mine.items()} == \
+            {ref_names[k]: v.tolist() for k, v in ref.items()}, f"{table} differ after the resume"
+    fresh, _, _ = run(stop, steps, path, load_topk=False)
+    assert any(not torch.equal(p, q) for p, q in zip(fresh.parameters(), reference.parameters())), \
+        "resuming without the TopKState's checkpoint gave the same parameters"
+    # What load_state_dict refuses, before changing anything.
+    saved = torch.load(path, weights_only=True)["topk"]
+    other = TopKState(ratio=0.02, warmup_steps=1, ramp_steps=3, momentum=0.5, module=reference)
+    expect_value_error(lambda: other.load_state_dict(saved), "ratio=0.01")
+    other.load_state_dict(saved, strict=False)
+    assert other.step == stop
+    nameless = TopKState(ratio=0.01, warmup_steps=1, ramp_steps=3, momentum=0.5)
+    expect_value_error(lambda: nameless.load_state_dict(saved), "module=model")
+    bad = dict(saved, residuals={"out.weight": torch.zeros(7)})
+    fresh_state = options(reference)
+    expect_value_error(lambda: fresh_state.load_state_dict(bad), "'out.weight'")
+    assert fresh_state.step == 0 and not fresh_state.residuals
+    return {"step": resumed_state.step, "residuals": len(resumed_state.residuals)}
+
+
+def expect_value_error(fn, must_contain):
+    try:
+        fn()
+    except ValueError as e:
+        assert must_contain in str(e), f"ValueError without '{must_contain}': {e}"
+        return
+    raise AssertionError(f"expected ValueError containing '{must_contain}'")
+
+
 SCENARIOS = {
     "reference": scenario_reference,
     "reference_momentum": scenario_reference_momentum,
@@ -340,6 +417,7 @@ SCENARIOS = {
     "ddp_warmup": scenario_ddp_warmup,
     "ddp_sparse": scenario_ddp_sparse,
     "ddp_sparse_coalesced": scenario_ddp_sparse_coalesced,
+    "checkpoint": scenario_checkpoint,
 }
 
 

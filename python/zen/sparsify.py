@@ -58,6 +58,11 @@ recorded (True for a step recorded to a trace: its batches also gather
 every rank's selection, so its times and bytes are not those of a plain
 step).
 
+Checkpoints: ``state.state_dict()`` (the step, this rank's residuals and
+momentum by parameter name, the options they depend on; every rank saves its
+own) and ``state.load_state_dict(sd)`` resume a run bit for bit; they need
+``module=`` for the names.
+
 Recording (``record=path``): the hook writes what every rank sent in
 ``record_steps`` steps, from ``record_start`` (default: the first step at the
 final ratio, after warm-up and ramp), as a zen-trace/1 file (rank 0 writes
@@ -173,8 +178,11 @@ class TopKState:
         self.step = 0
         self.stats = []
         self._names = {}
+        self._numels = {}  # name -> numel, for checkpoints (module only)
         if module is not None:
-            self._names = {id(p): n for n, p in module.named_parameters()}
+            for n, p in module.named_parameters():
+                self._names[id(p)] = n
+                self._numels[n] = p.numel()
         self._dense_names = {p for p in dense_params if isinstance(p, str)}
         self._dense_ids = {id(p) for p in dense_params if not isinstance(p, str)}
         # Per parameter (id): the residual (accumulated values not sent) and
@@ -230,6 +238,72 @@ class TopKState:
         """This rank's residual of a parameter (a flat float32 tensor), or None."""
         r = self.residuals.get(id(param))
         return None if r is None else torch.from_numpy(r)
+
+    # --- checkpoints ------------------------------------------------------
+
+    # The options a checkpoint's residuals and step depend on: resuming under
+    # others is not the run that was saved (load_state_dict(strict=False)
+    # allows it).
+    _CHECKPOINT_OPTIONS = ("ratio", "warmup_steps", "ramp_steps", "momentum", "error_feedback")
+
+    def state_dict(self):
+        """What resuming this rank's training needs, for torch.save: the step
+        (warm-up and ramp go on where they stopped), this rank's residuals
+        (error feedback) and momentum by parameter name, as float32 tensors,
+        and the options they depend on. Residuals differ between ranks:
+        every rank saves its own, as with sharded optimizer state (e.g.
+        ``torch.save(..., f"ckpt.{rank}.pt")``); torch.load(weights_only=True)
+        reads it. Needs the parameters' names: TopKState(module=model)."""
+        by_id = {}
+        for key in list(self.residuals) + list(self.velocities):
+            name = self._names.get(key)
+            if name is None:
+                raise ValueError("zen: TopKState.state_dict needs the parameters' names: "
+                                 "create the state with module=model")
+            by_id[key] = name
+
+        def tensors(table):
+            return {by_id[k]: torch.from_numpy(v.copy()) for k, v in table.items()}
+
+        return {"format": "zen.TopKState/1", "step": self.step,
+                "options": {k: getattr(self, k) for k in self._CHECKPOINT_OPTIONS},
+                "residuals": tensors(self.residuals), "velocities": tensors(self.velocities)}
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Resumes from state_dict() of the same rank (see state_dict): step,
+        residuals and momentum. Raises ValueError, before changing anything,
+        on a parameter this state's module does not have or of another size,
+        and (strict) on options other than the saved ones."""
+        if not isinstance(state_dict, dict) or state_dict.get("format") != "zen.TopKState/1":
+            raise ValueError("zen: TopKState.load_state_dict: not a TopKState.state_dict() "
+                             "(format zen.TopKState/1)")
+        if not self._numels:
+            raise ValueError("zen: TopKState.load_state_dict needs the parameters' names: "
+                             "create the state with module=model")
+        if strict:
+            for k in self._CHECKPOINT_OPTIONS:
+                saved, mine = state_dict["options"].get(k), getattr(self, k)
+                if saved != mine:
+                    raise ValueError(f"zen: TopKState.load_state_dict: the checkpoint was saved "
+                                     f"with {k}={saved!r}, this state has {k}={mine!r} "
+                                     f"(strict=False loads it anyway)")
+        ids = {n: k for k, n in self._names.items()}
+        tables = {}
+        for table in ("residuals", "velocities"):
+            tables[table] = {}
+            for name, t in state_dict[table].items():
+                if name not in ids:
+                    raise ValueError(f"zen: TopKState.load_state_dict: the checkpoint's {table} "
+                                     f"hold parameter '{name}', which the model does not have")
+                if t.dtype != torch.float32 or t.dim() != 1 or t.numel() != self._numels[name]:
+                    raise ValueError(f"zen: TopKState.load_state_dict: {table} of '{name}' hold "
+                                     f"{t.numel()} {t.dtype} values ({t.dim()}-D), the parameter "
+                                     f"has {self._numels[name]} (float32, 1-D expected)")
+                tables[table][ids[name]] = t.detach().numpy().copy()
+        self.step = int(state_dict["step"])
+        self.residuals = tables["residuals"]
+        self.velocities = tables["velocities"]
+        self._record = None
 
     # --- per-step accounting ----------------------------------------------
 
