@@ -36,7 +36,10 @@ over ranks (about the rank that arrived last: the collective itself):
 and the step time (zero_grad to optimizer step, excluding the loss
 logging's allreduce) for tokens/s. --record PATH writes what the top-k run
 sent in --record-steps steps after warm-up and ramp as a zen-trace/1 file
-(TopKState(record=...)); those steps are not measured. --summary
+(TopKState(record=...)); those steps are not measured. --checkpoint DIR
+saves every rank's model, optimizer and TopKState (state_dict()) after the
+last step, --resume DIR goes on from them: the run ends as the run without
+the stop. --summary
 DENSE.json TOPK.json prints the comparison (needs neither torch nor zen).
 """
 
@@ -211,6 +214,12 @@ def parse_args():
                    help="TopKState(fuse=False): one zen item per parameter")
     p.add_argument("--coalesce", action="store_true",
                    help="TopKState(coalesce=True): one zen exchange per step, not per DDP bucket")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="after the last step, every rank saves model, optimizer and TopKState to "
+                        "DIR/<mode>.<rank>.pt")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="every rank starts from DIR/<mode>.<rank>.pt (--checkpoint's) and trains "
+                        "on to --steps; the losses are those of the steps after the checkpoint")
     return p.parse_args()
 
 
@@ -274,8 +283,17 @@ def main():
             ddp.register_comm_hook(timer, timed_allreduce_hook)
         timing = []  # per step: [sync_s, select_s, zen_sync_s, bucket_sum_s, step_s, sent, recv]
         opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+        first = 0
+        if args.resume:
+            # Every rank its own file: top-k residuals differ between ranks.
+            ckpt = torch.load(os.path.join(args.resume, f"{mode}.{rank}.pt"), weights_only=True)
+            model.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["opt"])
+            if state is not None:
+                state.load_state_dict(ckpt["topk"])
+            first = ckpt["step"]
         losses, t0 = [], time.time()
-        for step in range(args.steps):
+        for step in range(first, args.steps):
             rows = torch.arange(step * args.batch, (step + 1) * args.batch) % len(mine)
             chunk = mine[rows]
             x, y = chunk[:, :-1], chunk[:, 1:]
@@ -300,10 +318,16 @@ def main():
             if rank == 0 and step % 25 == 0:
                 print(f"{mode:10s} step {step:4d} loss {losses[-1]:.4f} "
                       f"({time.time() - t0:.0f} s)", flush=True)
+        if args.checkpoint:
+            os.makedirs(args.checkpoint, exist_ok=True)
+            torch.save({"step": args.steps, "model": model.state_dict(), "opt": opt.state_dict(),
+                        "topk": state.state_dict() if state is not None else None},
+                       os.path.join(args.checkpoint, f"{mode}.{rank}.pt"))
         with torch.no_grad():
             x, y = held_out[:, :-1], held_out[:, 1:]
             eval_loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1)).item()
-        run = {"losses": losses, "eval_loss": eval_loss, "seconds": time.time() - t0,
+        run = {"losses": losses, "first_step": first, "eval_loss": eval_loss,
+               "seconds": time.time() - t0,
                "params": sum(p.numel() for p in model.parameters())}
         if state is not None:
             run["stats"] = state.stats
