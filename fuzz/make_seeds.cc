@@ -52,8 +52,8 @@ void CooSeeds(const fs::path& dir) {
 
 void RowsSeeds(const fs::path& dir) {
   for (bool hash : {true, false}) {
-    for (EncodingChoice e :
-         {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kCoo32}) {
+    for (EncodingChoice e : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap,
+                             EncodingChoice::kCoo32, EncodingChoice::kEliasFano}) {
       RowsCase c;
       c.rows = 5000;
       c.servers = 4;
@@ -81,9 +81,10 @@ void RowsSeeds(const fs::path& dir) {
       EncodeRows(owner.DomainSize(c.server), c.width, positions, values, e, msg);
       Write(dir,
             std::string("seed-") + (hash ? "hash" : "range") +
-                (e == EncodingChoice::kCoo     ? "-coo"
-                 : e == EncodingChoice::kCoo32 ? "-coo32"
-                                               : "-bitmap"),
+                (e == EncodingChoice::kCoo          ? "-coo"
+                 : e == EncodingChoice::kCoo32      ? "-coo32"
+                 : e == EncodingChoice::kEliasFano  ? "-eliasfano"
+                                                    : "-bitmap"),
             c.Header(), msg);
     }
   }

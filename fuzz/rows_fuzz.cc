@@ -1,5 +1,5 @@
 // libFuzzer target: zen::DecodeRows (zen/core/hash_bitmap.h), the decoder of
-// ZEN's push (COO, COO32) and pull (hash bitmap, COO32 or COO) messages, whose index is a
+// ZEN's push and pull messages (COO, COO32, hash bitmap or Elias-Fano), whose index is a
 // position in the sending server's domain. Input: RowsCase parameters, then
 // the message.
 #include <cstring>
@@ -41,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                          ? zen::EncodingChoice::kCoo
                                      : got.encoding == zen::RowEncoding::kCoo32
                                          ? zen::EncodingChoice::kCoo32
+                                     : got.encoding == zen::RowEncoding::kEliasFano
+                                         ? zen::EncodingChoice::kEliasFano
                                          : zen::EncodingChoice::kHashBitmap;
   zen::EncodeRows(dsize, c.width, got.positions, got.values, choice, again);
   if (again.size() != msg.size() || std::memcmp(again.data(), msg.data(), msg.size()) != 0) {

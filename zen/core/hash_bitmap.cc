@@ -87,6 +87,39 @@ bool TryBitmapBytes(int64_t domain_size, int64_t count, int64_t width, size_t& o
          TryMessageBytes(BitmapWords(domain_size) * sizeof(uint64_t), count, width, out);
 }
 
+int EfLowBits(int64_t domain_size, int64_t count) {
+  if (count <= 0 || domain_size < count) return 0;
+  return static_cast<int>(std::bit_width(static_cast<uint64_t>(domain_size / count))) - 1;
+}
+
+// Elias-Fano's low and high words for count rows of a domain of
+// domain_size (0 <= count <= domain_size), or false.
+bool TryEfWords(int64_t domain_size, int64_t count, size_t& low_words, size_t& high_words) {
+  if (count < 0 || domain_size < count) return false;
+  const int l = EfLowBits(domain_size, count);
+  size_t low_bits = 0, high_bits = 0;
+  if (!TryMul(static_cast<size_t>(count), static_cast<size_t>(l), low_bits)) return false;
+  if (domain_size > 0 &&
+      !TryAdd(static_cast<size_t>(count), ((static_cast<size_t>(domain_size) - 1) >> l) + 1,
+              high_bits)) {
+    return false;
+  }
+  low_words = low_bits / 64 + (low_bits % 64 != 0 ? 1 : 0);
+  high_words = high_bits / 64 + (high_bits % 64 != 0 ? 1 : 0);
+  return true;
+}
+
+bool TryEfIndex(int64_t domain_size, int64_t count, size_t& out) {
+  size_t low = 0, high = 0, words = 0;
+  return TryEfWords(domain_size, count, low, high) && TryAdd(low, high, words) &&
+         TryMul(words, sizeof(uint64_t), out);
+}
+
+bool TryEfBytes(int64_t domain_size, int64_t count, int64_t width, size_t& out) {
+  size_t index = 0;
+  return TryEfIndex(domain_size, count, index) && TryMessageBytes(index, count, width, out);
+}
+
 }  // namespace
 
 HashDomains::HashDomains(const RowOwner& owner) : owner_(owner) {
@@ -118,6 +151,20 @@ size_t Coo32MessageBytes(int64_t count, int64_t width) {
   return CheckedCooBytes(TryCoo32Bytes, count, width);
 }
 
+int EliasFanoLowBits(int64_t domain_size, int64_t count) {
+  return EfLowBits(domain_size, count);
+}
+
+size_t EliasFanoMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
+  size_t out = 0;
+  if (!TryEfBytes(domain_size, count, width, out)) {
+    throw InvalidArgument(Where{}, "row message: Elias-Fano of ", count, " rows over ",
+                          domain_size, " positions with width ", width,
+                          " is not a message (count above the domain, or an overflowing size)");
+  }
+  return out;
+}
+
 size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
   size_t out = 0;
   if (!TryBitmapBytes(domain_size, count, width, out)) {
@@ -130,12 +177,23 @@ size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
 RowEncoding ChooseEncoding(int64_t domain_size, int64_t count) {
   // Index bytes: bitmap words x 8 against count x 8 (COO) or count x 4
   // rounded up to 8 (COO32); ties go to COO, which needs no domain.
+  // Elias-Fano where it is smaller still.
   const size_t bitmap = BitmapWords(domain_size);  // in 8-byte words
+  RowEncoding best = RowEncoding::kCoo;
+  size_t words = static_cast<size_t>(count);
   if (domain_size <= kMaxCoo32Domain) {
-    const size_t coo32 = (static_cast<size_t>(count) + 1) / 2;  // in 8-byte words
-    return bitmap < coo32 ? RowEncoding::kHashBitmap : RowEncoding::kCoo32;
+    best = RowEncoding::kCoo32;
+    words = (static_cast<size_t>(count) + 1) / 2;
   }
-  return bitmap < static_cast<size_t>(count) ? RowEncoding::kHashBitmap : RowEncoding::kCoo;
+  if (bitmap < words) {
+    best = RowEncoding::kHashBitmap;
+    words = bitmap;
+  }
+  size_t low = 0, high = 0;
+  if (TryEfWords(domain_size, count, low, high) && low + high < words) {
+    best = RowEncoding::kEliasFano;
+  }
+  return best;
 }
 
 RowEncoding ResolveEncoding(int64_t domain_size, int64_t count, EncodingChoice choice) {
@@ -150,6 +208,7 @@ RowEncoding ResolveEncoding(int64_t domain_size, int64_t count, EncodingChoice c
       return RowEncoding::kCoo32;
     case EncodingChoice::kCompactCoo:
       return domain_size <= kMaxCoo32Domain ? RowEncoding::kCoo32 : RowEncoding::kCoo;
+    case EncodingChoice::kEliasFano: return RowEncoding::kEliasFano;
     default: return ChooseEncoding(domain_size, count);
   }
 }
@@ -174,6 +233,11 @@ RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, Encodin
     l.bytes = Coo32MessageBytes(count, width);
     size_t index = 0;
     TryCoo32Index(count, index);  // cannot fail: the message size did not
+    l.values_offset = kRowHeaderBytes + index;
+  } else if (l.encoding == RowEncoding::kEliasFano) {
+    l.bytes = EliasFanoMessageBytes(domain_size, count, width);
+    size_t index = 0;
+    TryEfIndex(domain_size, count, index);  // cannot fail: the message size did not
     l.values_offset = kRowHeaderBytes + index;
   } else {
     l.bytes = BitmapMessageBytes(domain_size, count, width);
@@ -217,6 +281,52 @@ void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t>
     }
     const size_t used = positions.size() * sizeof(uint32_t);
     std::memset(index + used, 0, layout.values_offset - kRowHeaderBytes - used);
+  } else if (layout.encoding == RowEncoding::kEliasFano) {
+    h.domain_size = domain_size;
+    size_t low_words = 0, high_words = 0;
+    if (!TryEfWords(domain_size, count, low_words, high_words) ||
+        layout.values_offset != kRowHeaderBytes + (low_words + high_words) * sizeof(uint64_t)) {
+      throw InvalidArgument(Where{}, "encode rows: the layout is not Elias-Fano's for ", count,
+                            " rows over ", domain_size, " positions");
+    }
+    const unsigned l = static_cast<unsigned>(EfLowBits(domain_size, count));
+    const uint64_t mask = l == 0 ? 0 : ~uint64_t{0} >> (64 - l);
+    std::byte* high = index + low_words * sizeof(uint64_t);
+    // Both runs are written word by word from registers: the low bits
+    // append at i L, the high bits ascend (h + i grows with i).
+    size_t lw = 0, fill = 0;  // low: the word being filled, its used bits
+    uint64_t low_word = 0;
+    size_t hw = 0;
+    uint64_t high_word = 0;
+    auto store = [](std::byte* at, size_t word, uint64_t value) {
+      std::memcpy(at + word * sizeof(uint64_t), &value, sizeof(value));
+    };
+    for (size_t i = 0; i < positions.size(); ++i) {
+      const int64_t p = positions[i];
+      check(i, p);
+      if (l != 0) {
+        const uint64_t lo = static_cast<uint64_t>(p) & mask;
+        low_word |= lo << fill;
+        fill += l;
+        if (fill >= 64) {
+          store(index, lw++, low_word);
+          fill -= 64;
+          low_word = fill == 0 ? 0 : lo >> (l - fill);
+        }
+      }
+      const size_t bit = static_cast<size_t>(static_cast<uint64_t>(p) >> l) + i;
+      for (; hw < bit / 64; ++hw) {
+        store(high, hw, high_word);
+        high_word = 0;
+      }
+      high_word |= uint64_t{1} << (bit % 64);
+    }
+    if (fill != 0) store(index, lw++, low_word);
+    for (; lw < low_words; ++lw) store(index, lw, 0);
+    for (; hw < high_words; ++hw) {
+      store(high, hw, high_word);
+      high_word = 0;
+    }
   } else {
     h.domain_size = domain_size;
     const size_t words = BitmapWords(domain_size);
@@ -276,6 +386,10 @@ bool ValuesOffset(const Header& h, int64_t domain_size, size_t& out) {
   if (h.encoding == static_cast<uint8_t>(RowEncoding::kHashBitmap) && domain_size >= 0) {
     out = kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t);
     return true;
+  }
+  if (h.encoding == static_cast<uint8_t>(RowEncoding::kEliasFano)) {
+    size_t index = 0;
+    return TryEfIndex(domain_size, h.count, index) && TryAdd(kRowHeaderBytes, index, out);
   }
   return false;
 }
@@ -403,6 +517,18 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
     m.words = BitmapWords(domain_size);
     fits = TryBitmapBytes(domain_size, h.count, width, expect);
     m.values = m.index + m.words * sizeof(uint64_t);
+  } else if (h.encoding == static_cast<uint8_t>(RowEncoding::kEliasFano)) {
+    if (h.domain_size != domain_size) {
+      throw FormatError(where, "row message from server ", server, ": Elias-Fano over ",
+                        h.domain_size, " positions, but the server's domain has ", domain_size);
+    }
+    m.encoding = RowEncoding::kEliasFano;
+    size_t low_words = 0;
+    fits = TryEfWords(domain_size, h.count, low_words, m.words) &&
+           TryEfBytes(domain_size, h.count, width, expect);
+    m.low_bits = EfLowBits(domain_size, h.count);
+    m.high = m.index + low_words * sizeof(uint64_t);
+    m.values = m.high + m.words * sizeof(uint64_t);
   } else {
     throw FormatError(where, "row message from server ", server, ": unknown encoding ",
                       int{h.encoding});
@@ -429,6 +555,37 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                           ": COO32 padding after the positions is not zero");
       }
     }
+  } else if (m.encoding == RowEncoding::kEliasFano) {
+    // Exactly count high bits, none past the high run's bits, the unused
+    // low bits zero, and the decoded positions strictly ascending inside
+    // the domain (one decoding pass).
+    uint64_t last = 0;
+    const size_t pop = CountBits(m.high, m.words, last);
+    if (pop != static_cast<size_t>(h.count)) {
+      throw FormatError(where, "row message from server ", server, ": Elias-Fano high bits: ",
+                        pop, " set but the header says ", h.count, " rows");
+    }
+    const size_t count = static_cast<size_t>(h.count);
+    const size_t high_bits =
+        domain_size == 0 ? 0 : count + (static_cast<size_t>(domain_size - 1) >> m.low_bits) + 1;
+    const size_t low_bits = count * static_cast<size_t>(m.low_bits);
+    const size_t low_words = static_cast<size_t>(m.high - m.index) / sizeof(uint64_t);
+    uint64_t low_last = 0;
+    if (low_words > 0) std::memcpy(&low_last, m.high - sizeof(uint64_t), sizeof(low_last));
+    if ((high_bits % 64 != 0 && (last >> (high_bits % 64)) != 0) ||
+        (low_bits % 64 != 0 && (low_last >> (low_bits % 64)) != 0)) {
+      throw FormatError(where, "row message from server ", server,
+                        ": Elias-Fano has bits set past its ", count, " rows");
+    }
+    int64_t prev = -1;
+    m.ForEach([&](size_t i, int64_t p) {
+      if (p <= prev || p >= domain_size) {
+        throw FormatError(where, "row message from server ", server, ": position ", p,
+                          " at row ", i, " is outside the server's domain [0, ", domain_size,
+                          "), out of order or repeated");
+      }
+      prev = p;
+    });
   } else {
     uint64_t last = 0;
     const size_t pop = CountBits(m.index, m.words, last);

@@ -78,19 +78,63 @@ TEST(HashBitmap, PaperExampleFifteenRowsThreeServers) {
   EXPECT_EQ(ChooseEncoding(5, 1), RowEncoding::kCoo32);
   EXPECT_EQ(ChooseEncoding(kMaxCoo32Domain, 1), RowEncoding::kCoo32);
   EXPECT_EQ(ChooseEncoding(kMaxCoo32Domain + 1, 1), RowEncoding::kCoo);
-  EXPECT_EQ(ChooseEncoding(int64_t{1} << 36, (int64_t{1} << 30) + 1), RowEncoding::kHashBitmap);
+  // 2^30 + 1 rows of 2^36 positions: Elias-Fano's 5 low bits and about 3
+  // high bits per row (134M words) beat the bitmap's 2^30 words.
+  EXPECT_EQ(ChooseEncoding(int64_t{1} << 36, (int64_t{1} << 30) + 1), RowEncoding::kEliasFano);
+  // Half of the domain's positions: the bitmap (1 bit each) beats
+  // Elias-Fano (L = 1: 1 + 2 bits each); a sixteenth: Elias-Fano (L = 4:
+  // 6 bits each against 16).
+  EXPECT_EQ(ChooseEncoding(1 << 20, 1 << 19), RowEncoding::kHashBitmap);
+  EXPECT_EQ(ChooseEncoding(1 << 20, 1 << 16), RowEncoding::kEliasFano);
   EXPECT_EQ(ResolveEncoding(kMaxCoo32Domain + 1, 1, EncodingChoice::kCompactCoo), RowEncoding::kCoo);
   EXPECT_EQ(ResolveEncoding(kMaxCoo32Domain, 1, EncodingChoice::kCompactCoo), RowEncoding::kCoo32);
   EXPECT_THROW(ResolveEncoding(kMaxCoo32Domain + 1, 1, EncodingChoice::kCoo32), InvalidArgument);
   // A position outside the domain, or out of order, is refused by the encoder.
   const std::vector<int64_t> outside = {2, 5}, unordered = {3, 2};
-  for (EncodingChoice c :
-       {EncodingChoice::kCoo, EncodingChoice::kHashBitmap, EncodingChoice::kCoo32}) {
+  for (EncodingChoice c : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap,
+                           EncodingChoice::kCoo32, EncodingChoice::kEliasFano}) {
     EXPECT_THROW(EncodeRows(d.size(0), 1, outside, values, c, msg), InvalidArgument);
     EXPECT_THROW(EncodeRows(d.size(0), 1, unordered, values, c, msg), InvalidArgument);
   }
   EXPECT_THROW(EncodeRows(d.size(0), 2, positions, values, EncodingChoice::kAuto, msg),
                InvalidArgument);
+}
+
+// Elias-Fano, by hand: positions {2, 3, 9, 14} of a 16-position domain,
+// L = log2(16 / 4) = 2: low parts {2, 3, 1, 2} packed 2 bits each (0b10 |
+// 0b11 << 2 | 0b01 << 4 | 0b10 << 6 = 158), high parts {0, 0, 2, 3} as bits
+// h + i = {0, 1, 4, 6} (0b1010011 = 83) of 4 + (15 >> 2) + 1 = 8.
+TEST(HashBitmap, EliasFanoByHand) {
+  const std::vector<int64_t> positions = {2, 3, 9, 14};
+  const std::vector<float> values = {1, 2, 3, 4};
+  std::vector<std::byte> msg;
+  EXPECT_EQ(EliasFanoLowBits(16, 4), 2);
+  EXPECT_EQ(EncodeRows(16, 1, positions, values, EncodingChoice::kEliasFano, msg),
+            RowEncoding::kEliasFano);
+  ASSERT_EQ(msg.size(), kRowHeaderBytes + 2 * 8 + 4 * sizeof(float));
+  ASSERT_EQ(msg.size(), EliasFanoMessageBytes(16, 4, 1));
+  uint64_t low = 0, high = 0;
+  std::memcpy(&low, msg.data() + kRowHeaderBytes, 8);
+  std::memcpy(&high, msg.data() + kRowHeaderBytes + 8, 8);
+  EXPECT_EQ(low, 158u);
+  EXPECT_EQ(high, 83u);
+  DecodedRows got;
+  DecodeRows(msg, 16, 0, 1, Where{}, got);
+  EXPECT_EQ(got.encoding, RowEncoding::kEliasFano);
+  EXPECT_EQ(got.positions, positions);
+  EXPECT_EQ(got.values, values);
+  // Low parts that straddle two words (L = 13: rows 4 and 9 of this list),
+  // no low part at all (L = 0: every position of a domain), and none.
+  for (const auto& [domain, list] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{
+           {int64_t{12} << 13, {0, 1, 8191, 8192, 40000, 40001, 50000, 70000, 90000, 98303}},
+           {5, {0, 1, 2, 3, 4}},
+           {7, {}},
+           {kMaxPermutedRows, {0, kMaxPermutedRows / 3, kMaxPermutedRows - 1}}}) {
+    const std::vector<float> v(list.size(), 1.0f);
+    EncodeRows(domain, 1, list, v, EncodingChoice::kEliasFano, msg);
+    DecodeRows(msg, domain, 0, 1, Where{}, got);
+    EXPECT_EQ(got.positions, list) << "domain " << domain;
+  }
 }
 
 TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
@@ -107,7 +151,7 @@ TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
       const std::vector<float> values = Values(positions.size(), width, static_cast<float>(j));
       for (EncodingChoice c : {EncodingChoice::kCoo, EncodingChoice::kHashBitmap,
                                EncodingChoice::kCoo32, EncodingChoice::kCompactCoo,
-                               EncodingChoice::kAuto}) {
+                               EncodingChoice::kEliasFano, EncodingChoice::kAuto}) {
         std::vector<std::byte> msg(7);  // reused buffers are resized, not appended to
         const RowEncoding enc = EncodeRows(d.size(j), width, positions, values, c, msg);
         const int64_t count = static_cast<int64_t>(positions.size());
@@ -118,17 +162,27 @@ TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
             kRowHeaderBytes + (static_cast<size_t>(count) * 4 + 7) / 8 * 8 + values_bytes;
         const size_t bitmap =
             kRowHeaderBytes + static_cast<size_t>((d.size(j) + 63) / 64) * 8 + values_bytes;
+        // Elias-Fano: L = floor(log2(domain / count)) low bits per row, and
+        // count + (domain - 1) / 2^L + 1 high bits, each run in whole words.
+        int64_t l = 0;
+        while (count > 0 && (d.size(j) / count) >> (l + 1) != 0) ++l;
+        const int64_t high_bits = count + (d.size(j) - 1) / (int64_t{1} << l) + 1;
+        const size_t ef = kRowHeaderBytes +
+                          static_cast<size_t>((count * l + 63) / 64 + (high_bits + 63) / 64) * 8 +
+                          values_bytes;
         EXPECT_EQ(CooMessageBytes(count, width), coo);
         EXPECT_EQ(Coo32MessageBytes(count, width), coo32);
         EXPECT_EQ(BitmapMessageBytes(d.size(j), count, width), bitmap);
-        EXPECT_EQ(msg.size(), enc == RowEncoding::kCoo     ? coo
-                              : enc == RowEncoding::kCoo32 ? coo32
-                                                           : bitmap);
+        EXPECT_EQ(EliasFanoMessageBytes(d.size(j), count, width), ef);
+        EXPECT_EQ(msg.size(), enc == RowEncoding::kCoo          ? coo
+                              : enc == RowEncoding::kCoo32      ? coo32
+                              : enc == RowEncoding::kEliasFano  ? ef
+                                                                : bitmap);
         if (c == EncodingChoice::kCompactCoo) {
           EXPECT_EQ(enc, RowEncoding::kCoo32);
         }
         if (c == EncodingChoice::kAuto) {
-          EXPECT_EQ(msg.size(), std::min(coo32, bitmap));
+          EXPECT_EQ(msg.size(), std::min({coo32, bitmap, ef}));
         }
         DecodedRows got;
         DecodeRows(msg, d.size(j), j, width, Where{}, got);
@@ -178,6 +232,7 @@ class MalformedTest : public ::testing::Test {
     EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kHashBitmap, bitmap_);
     EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kCoo, coo_);
     EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kCoo32, coo32_);
+    EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kEliasFano, ef_);
   }
   void ExpectFormatError(const std::vector<std::byte>& msg, const char* what) {
     DecodedRows got;
@@ -196,11 +251,11 @@ class MalformedTest : public ::testing::Test {
   HashDomains domains_{RowOwner::Permuted(9, 1000, 3)};
   std::vector<int64_t> positions_;
   std::vector<float> values_;
-  std::vector<std::byte> bitmap_, coo_, coo32_;
+  std::vector<std::byte> bitmap_, coo_, coo32_, ef_;
 };
 
 TEST_F(MalformedTest, EveryTruncationAndExtensionIsRejected) {
-  for (const auto* msg : {&bitmap_, &coo_, &coo32_}) {
+  for (const auto* msg : {&bitmap_, &coo_, &coo32_, &ef_}) {
     for (size_t len = 0; len < msg->size(); ++len) {
       ExpectFormatError(std::vector<std::byte>(msg->begin(), msg->begin() + static_cast<long>(len)),
                         "truncated");
@@ -245,6 +300,9 @@ TEST_F(MalformedTest, HeaderFields) {
   m = coo32_;
   Poke<int64_t>(m, 24, 5);
   ExpectFormatError(m, "COO32 with a domain size");
+  m = ef_;
+  Poke<int64_t>(m, 24, domains_.size(1) - 1);
+  ExpectFormatError(m, "Elias-Fano with another domain size");
   // COO32 only where the domain fits 32-bit positions.
   DecodedRows got;
   EXPECT_THROW(DecodeRows(coo32_, kMaxCoo32Domain + 1, 1, 2, Where{}, got), FormatError);
@@ -258,10 +316,10 @@ TEST(HashBitmapMalformed, OverflowingSizesAreFormatErrors) {
   const uint32_t magic = kRowMagic;
   std::memcpy(m.data(), &magic, 4);
   m[4] = std::byte{kRowVersion};
-  for (uint8_t enc : {uint8_t{1}, uint8_t{2}, uint8_t{3}}) {
+  for (uint8_t enc : {uint8_t{1}, uint8_t{2}, uint8_t{3}, uint8_t{4}}) {
     m[5] = std::byte{enc};
     const int64_t count = int64_t{1} << 61, width = int64_t{1} << 40;
-    const int64_t dsize = enc == 2 ? kMaxPermutedRows : 0;
+    const int64_t dsize = enc == 2 || enc == 4 ? kMaxPermutedRows : 0;
     std::memcpy(m.data() + 8, &count, 8);
     std::memcpy(m.data() + 16, &width, 8);
     std::memcpy(m.data() + 24, &dsize, 8);
@@ -294,6 +352,53 @@ TEST_F(MalformedTest, BitmapContent) {
   }
   Poke<uint64_t>(m, last_word, lw);
   ExpectFormatError(m, "tail bit");
+}
+
+// The fixture's Elias-Fano message: 111 positions (every third) of a
+// 333-position domain, L = 1: 2 low words (47 bits of the second used) and
+// 278 high bits in 5 words.
+TEST_F(MalformedTest, EliasFanoContent) {
+  ASSERT_EQ(domains_.size(1), 333);
+  ASSERT_EQ(positions_.size(), 111u);
+  ASSERT_EQ(EliasFanoLowBits(333, 111), 1);
+  const size_t low = kRowHeaderBytes, high = low + 2 * 8;
+  ASSERT_EQ(ef_.size(), high + 5 * 8 + 111 * 2 * sizeof(float));
+  auto word = [](const std::vector<std::byte>& m, size_t at) {
+    uint64_t w = 0;
+    std::memcpy(&w, m.data() + at, 8);
+    return w;
+  };
+  // One high bit cleared: fewer rows than the header says.
+  std::vector<std::byte> m = ef_;
+  const uint64_t h0 = word(m, high);
+  ASSERT_NE(h0, 0u);
+  Poke<uint64_t>(m, high, h0 & (h0 - 1));
+  ExpectFormatError(m, "high popcount");
+  // A high bit moved past the run's 278 bits (popcount kept).
+  m = ef_;
+  Poke<uint64_t>(m, high, h0 & (h0 - 1));
+  Poke<uint64_t>(m, high + 4 * 8, word(m, high + 4 * 8) | uint64_t{1} << 40);
+  ExpectFormatError(m, "high tail bit");
+  // A low bit past the 111 rows' 111 bits.
+  m = ef_;
+  Poke<uint64_t>(m, low + 8, word(m, low + 8) | uint64_t{1} << 60);
+  ExpectFormatError(m, "low tail bit");
+  // Rows 0 and 1 (positions 0 and 3: high parts 0 and 1 at bits 0 and 2,
+  // low parts 0 and 1): row 1 made 0 (bit 2 -> bit 1, low bit cleared).
+  ASSERT_EQ(positions_[0], 0);
+  ASSERT_EQ(positions_[1], 3);
+  m = ef_;
+  Poke<uint64_t>(m, high, (h0 & ~uint64_t{4}) | 2);
+  Poke<uint64_t>(m, low, word(m, low) & ~uint64_t{2});
+  ExpectFormatError(m, "repeated position");
+  // The last row (330: high 165 at bit 165 + 110 = 275) moved to bit 277:
+  // high part 167, position 334, past the domain (bit 276 would give 332).
+  ASSERT_EQ(positions_.back(), 330);
+  m = ef_;
+  const uint64_t h4 = word(m, high + 4 * 8);
+  ASSERT_EQ(h4 >> (275 - 256) & 1, 1u);
+  Poke<uint64_t>(m, high + 4 * 8, (h4 & ~(uint64_t{1} << 19)) | uint64_t{1} << 21);
+  ExpectFormatError(m, "position past the domain");
 }
 
 TEST_F(MalformedTest, CooPositions) {

@@ -124,13 +124,15 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   bool push_sent = false, pull_sent = false;
   Snapshot after_push, after_pull;
   try {
-    // Push: COO of domain positions, one message per other server, encoded
-    // straight into the persistent send buffers.
+    // Push: domain positions, one message per other server, encoded
+    // straight into the persistent send buffers: COO, or for element-sparse
+    // rows the smallest index (COO32, Elias-Fano or the bitmap: the index
+    // is half of such a message).
     ws.push_send.resize(un);
     for (int j = 0; j < n; ++j) {
       if (j == r) continue;
       EncodeRows(domains.size(j), width, mine.positions_of(j), mine.values_of(j),
-                 CompactPush(width, domains.size(j)) ? EncodingChoice::kCoo32
+                 CompactPush(width, domains.size(j)) ? EncodingChoice::kAuto
                                                      : EncodingChoice::kCoo,
                  ws.push_send[static_cast<size_t>(j)]);
       NarrowRowsValues(ws.push_send[static_cast<size_t>(j)], 0, options_.wire_values);
@@ -144,9 +146,10 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     FinishAllToAllVEach(comm, push_tag, ws.push_send, ws.push_requests, [&](int i) {
       const RowsMessage m = ReadPeerMessage(ws.push_recv[static_cast<size_t>(i)], "push", i,
                                             domains.size(r), r, width, where);
-      if (m.encoding != (compact ? RowEncoding::kCoo32 : RowEncoding::kCoo)) {
-        throw FormatError(where, "zen: push message from rank ", i, " is not ",
-                          compact ? "COO32" : "COO");
+      if ((m.encoding == RowEncoding::kCoo) == compact) {
+        throw FormatError(where, "zen: push message from rank ", i, " is ",
+                          compact ? "COO, expected a compact index (COO32, Elias-Fano, bitmap)"
+                                  : "not COO");
       }
       ws.pushed[static_cast<size_t>(i)] = m;
     });
@@ -163,7 +166,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       }
       const RowsMessage& m = ws.pushed[static_cast<size_t>(i)];
       // COO positions are int64 at an 8-byte aligned offset of the buffer
-      // (COO32's are read by AggregateElements from the message).
+      // (compact ones are read by AggregateElements from the message).
       ws.parts.push_back(
           {compact ? std::span<const int64_t>()
                    : std::span(reinterpret_cast<const int64_t*>(m.index),
@@ -192,8 +195,9 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       const RowsMessage m = ReadPeerMessage(ws.pull_recv[static_cast<size_t>(j)], "pull", j,
                                             domains.size(j), j, width, where);
       ws.pulled[static_cast<size_t>(j)] = m;
-      (m.encoding == RowEncoding::kHashBitmap ? stats_.pull_bitmap_messages
-                                              : stats_.pull_coo_messages)++;
+      (m.encoding == RowEncoding::kHashBitmap   ? stats_.pull_bitmap_messages
+       : m.encoding == RowEncoding::kEliasFano ? stats_.pull_elias_fano_messages
+                                               : stats_.pull_coo_messages)++;
       on_pulled(domains, j);
       handed_on += Since(t);
     });
@@ -380,7 +384,8 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
   // keep the parts' rank order, so the sums are added in the same order as
   // the n-way merge adds them), then one pass that sums runs of equal
   // positions into the pull message. About a tenth of the merge's work.
-  // The peers' positions are read from their COO32 messages in place.
+  // The peers' positions are read from their messages in place (any
+  // compact index: RowsMessage::ForEach).
   Workspace& ws = ws_;
   size_t total = 0;
   for (const RowsView& part : ws.parts) total += part.values.size();
@@ -397,12 +402,7 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
       const std::span<const int64_t> own = ws.parts[q].ids;
       for (size_t i = 0; i < values.size(); ++i) word(i, static_cast<uint64_t>(own[i]));
     } else {
-      const std::byte* coo32 = ws.pushed[q].index;
-      for (size_t i = 0; i < values.size(); ++i) {
-        uint32_t p;
-        std::memcpy(&p, coo32 + i * sizeof(uint32_t), sizeof(p));
-        word(i, p);
-      }
+      ws.pushed[q].ForEach([&](size_t i, int64_t p) { word(i, static_cast<uint64_t>(p)); });
     }
   }
   SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
@@ -687,20 +687,40 @@ SchemeInfo ZenInfo() {
 
 namespace zen {
 
+namespace {
+
+// Elias-Fano's index bytes for `count` rows of a domain of `domain`
+// positions (hash_bitmap.h): L = floor(log2(domain / count)) low bits per
+// row, count + domain / 2^L + 1 high bits.
+double EliasFanoIndexBytes(double domain, double count) {
+  if (count < 1) return 8;
+  const double l = std::floor(std::log2(std::max(1.0, domain / count)));
+  return (count * (l + 1) + std::floor(domain / std::exp2(l)) + 1) / 8;
+}
+
+}  // namespace
+
 // Push COO of the rows h0 maps to each server (balanced: nnz / n per
-// server; element-sparse rows, width 1, with 4-byte positions: COO32),
-// pull each server's summed share U / n as values plus either a hash
-// bitmap over its domain (|D_s| ~ rows / n bits, in uint64 words) or COO
-// positions (4 bytes each in domains of at most 2^32 positions, else 8),
-// whichever is smaller. One AllToAllV and one AllGatherV.
+// server; element-sparse rows, width 1, with the smallest index: 4-byte
+// positions, COO32, Elias-Fano or the bitmap), pull each server's summed share U / n
+// as values plus the smallest index: a hash bitmap over its domain (|D_s| ~
+// rows / n bits, in uint64 words), COO positions (4 bytes each in domains
+// of at most 2^32 positions, else 8) or Elias-Fano. One AllToAllV and one
+// AllGatherV.
 CostVolumes ZenCost(const CostInputs& in) {
   CostVolumes v = NewVolumes(in);
   if (in.n == 1) return v;
   const double share = in.Union(in.n) / in.n;
   const double domain = static_cast<double>(in.rows) / in.n;
   const bool coo32 = domain <= static_cast<double>(kMaxCoo32Domain);
-  const double ids = std::min(std::ceil(domain / 64) * 8, share * (coo32 ? 4 : 8));
-  const double push_row = in.width == 1 && coo32 ? in.vals + 4 : in.row;
+  const double ids = std::min({std::ceil(domain / 64) * 8, share * (coo32 ? 4 : 8),
+                               EliasFanoIndexBytes(domain, share)});
+  const double pushed = in.nnz / in.n;  // to each server
+  const double push_row =
+      in.width == 1 && coo32
+          ? in.vals + std::min({4.0, EliasFanoIndexBytes(domain, pushed) / std::max(1.0, pushed),
+                                std::ceil(domain / 64) * 8 / std::max(1.0, pushed)})
+          : in.row;
   const double push = (in.n - 1) * in.nnz / in.n * push_row;
   const double pull = (in.n - 1) * (ids + share * in.vals);
   for (int r = 0; r < in.n; ++r) {

@@ -80,7 +80,8 @@ struct ZenStats {
   uint64_t pull_bytes_recv = 0;
   RowEncoding pull_encoding = RowEncoding::kCoo;  // of this server's message
   int pull_bitmap_messages = 0;                   // received, by encoding
-  int pull_coo_messages = 0;
+  int pull_coo_messages = 0;                      // COO or COO32
+  int pull_elias_fano_messages = 0;
   double partition_seconds = 0;
   double push_seconds = 0;
   double aggregate_seconds = 0;
@@ -173,11 +174,12 @@ class ZenScheme final : public Scheme {
   // out for them; returns where the sums' values go.
   float* LayoutServed(int64_t domain_size, int64_t width);
   // Width 1, domain <= 2^32, no sum order: this server's part in
-  // ws_.parts[server], the peers' COO32 pushes in ws_.pushed.
+  // ws_.parts[server], the peers' compact pushes in ws_.pushed.
   int64_t AggregateElements(int64_t domain_size, int server);
-  // Whether pushes to a server of domain_size are COO32 (4-byte positions)
-  // rather than COO: width 1 without a sum order, i.e. exactly when that
-  // server aggregates with AggregateElements; the same on every rank.
+  // Whether pushes to a server of domain_size are compact (the smallest of
+  // COO32, Elias-Fano and the bitmap, per message) rather than COO: width 1
+  // without a sum order, i.e. exactly when that server aggregates with
+  // AggregateElements (which reads any index); the same on every rank.
   bool CompactPush(int64_t width, int64_t domain_size) const {
     return width == 1 && sum_order_.empty() && domain_size <= kMaxCoo32Domain;
   }

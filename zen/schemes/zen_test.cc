@@ -271,10 +271,10 @@ INSTANTIATE_TEST_SUITE_P(Variants, ZenVariantTest, ::testing::ValuesIn(Variants(
                          [](const ::testing::TestParamInfo<Variant>& i) { return i.param.name; });
 
 TEST(Zen, AutoPullEncodingFollowsDensity) {
-  // Very sparse: COO32 (4-byte positions: the domains are far below 2^32)
-  // is smaller; dense: the bitmap.
+  // Sparse: Elias-Fano (about 20 of 25000 positions per server: 13 bits
+  // per row against COO32's 32); dense (59% of the positions): the bitmap.
   for (const auto& [density, want] :
-       {std::pair{2e-4, RowEncoding::kCoo32}, std::pair{0.2, RowEncoding::kHashBitmap}}) {
+       {std::pair{2e-4, RowEncoding::kEliasFano}, std::pair{0.2, RowEncoding::kHashBitmap}}) {
     SyntheticSpec spec;
     spec.rows = 100000;
     spec.width = 1;
@@ -286,17 +286,20 @@ TEST(Zen, AutoPullEncodingFollowsDensity) {
       scheme.Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
       std::lock_guard lock(mu);
       EXPECT_EQ(scheme.last_stats().pull_encoding, want) << "density " << density;
-      const int other = want == RowEncoding::kCoo32 ? scheme.last_stats().pull_coo_messages
-                                                  : scheme.last_stats().pull_bitmap_messages;
+      const int other = want == RowEncoding::kEliasFano
+                            ? scheme.last_stats().pull_elias_fano_messages
+                            : scheme.last_stats().pull_bitmap_messages;
       EXPECT_EQ(other, 3);
     });
   }
 }
 
-// Element-sparse pushes (width 1) carry 4-byte positions (COO32: 8 bytes
-// per element with the value, a third less than COO's 12); wider rows and
-// a dense call with a sum order keep COO's 8-byte positions.
-TEST(Zen, ElementPushesCarryFourBytePositions) {
+// Element-sparse pushes (width 1) carry a compact index (here Elias-Fano:
+// about 250 of 12500 positions per server, L = 5, about 7.6 bits each, so
+// under 5 bytes per element with the value, against COO32's 8 and COO's
+// 12); wider rows
+// and a dense call with a sum order keep COO's 8-byte positions.
+TEST(Zen, ElementPushesCarryCompactPositions) {
   for (const int64_t width : {1, 2}) {
     SyntheticSpec spec;
     spec.rows = 50000;
@@ -313,9 +316,10 @@ TEST(Zen, ElementPushesCarryFourBytePositions) {
       const uint64_t pushed = static_cast<uint64_t>(st.pushed_rows);
       std::lock_guard lock(mu);
       EXPECT_EQ(DenseReference(inputs).Compare(sum).rows_mismatch, 0);
-      if (width == 1) {  // COO32: 4 + 4 bytes per element, each message padded to 8
-        EXPECT_GE(st.push_bytes_sent, headers + 8 * pushed) << "rank " << comm.rank();
-        EXPECT_LE(st.push_bytes_sent, headers + 8 * pushed + 4 * (n - 1)) << "rank " << comm.rank();
+      if (width == 1) {  // 4 bytes of value and under a byte of index per element
+        EXPECT_GE(st.push_bytes_sent, headers + 4 * pushed) << "rank " << comm.rank();
+        EXPECT_LE(st.push_bytes_sent, headers + 5 * pushed + 16 * (n - 1))
+            << "rank " << comm.rank();
       } else {  // COO: 8 + 4 x width bytes per row
         EXPECT_EQ(st.push_bytes_sent, headers + (8 + 4 * static_cast<uint64_t>(width)) * pushed)
             << "rank " << comm.rank();
