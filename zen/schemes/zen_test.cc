@@ -273,8 +273,10 @@ INSTANTIATE_TEST_SUITE_P(Variants, ZenVariantTest, ::testing::ValuesIn(Variants(
 TEST(Zen, AutoPullEncodingFollowsDensity) {
   // Sparse: Elias-Fano (about 20 of 25000 positions per server: 13 bits
   // per row against COO32's 32); dense (59% of the positions): the bitmap.
-  for (const auto& [density, want] :
+  for (const auto& [d, w] :
        {std::pair{2e-4, RowEncoding::kEliasFano}, std::pair{0.2, RowEncoding::kHashBitmap}}) {
+    const double density = d;  // copies: clang 14 captures no structured binding
+    const RowEncoding want = w;
     SyntheticSpec spec;
     spec.rows = 100000;
     spec.width = 1;
