@@ -11,6 +11,10 @@
 //                      (1) over 41k element words (id above a value's bits),
 //                      for row counts near and far below a power of two
 //                      (where more results walk their cycle); ns per word
+//   BM_RowIndex        one element-sparse message's index (COO32, bitmap,
+//                      Elias-Fano): encode, parse (validation), ForEach;
+//                      ns per row, at a pull's (37.5k of 512.5k positions)
+//                      and a push's (5.1k) density for 4.1M rows, 8 ranks
 // Arguments: partitioner (0 counting, 1 hierarchical), density in 1/10000,
 // shape (0: 4M x 1, 1: 128K x 32), threads. 8 servers. Steady state: two
 // warm-up calls precede the timed loop. On a shared machine, compare CPU
@@ -176,6 +180,47 @@ void BM_Permutation(benchmark::State& state) {
       static_cast<double>(rows) / std::ldexp(1.0, pi.bits());
 }
 
+// One element-sparse row message (width 1) of `count` rows of a domain of
+// `domain` positions (uniformly spread) in encoding `enc` (0 COO32, 1 hash
+// bitmap, 2 Elias-Fano): encode (0), ParseRows with its validation (1), or
+// ForEach over the parsed message (2); ns per row and the message's bytes.
+void BM_RowIndex(benchmark::State& state) {
+  const int64_t domain = state.range(0), want = state.range(1);
+  const EncodingChoice enc = state.range(2) == 0   ? EncodingChoice::kCoo32
+                             : state.range(2) == 1 ? EncodingChoice::kHashBitmap
+                                                   : EncodingChoice::kEliasFano;
+  const int64_t step = state.range(3);
+  std::mt19937_64 rng(11);
+  std::bernoulli_distribution keep(static_cast<double>(want) / static_cast<double>(domain));
+  std::vector<int64_t> positions;
+  for (int64_t p = 0; p < domain; ++p) {
+    if (keep(rng)) positions.push_back(p);
+  }
+  const std::vector<float> values(positions.size(), 1.0f);
+  std::vector<std::byte> msg;
+  EncodeRows(domain, 1, positions, values, enc, msg);
+  const RowsMessage parsed = ParseRows(msg, domain, 0, 1, Where{});
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    if (step == 0) {
+      EncodeRows(domain, 1, positions, values, enc, msg);
+    } else if (step == 1) {
+      benchmark::DoNotOptimize(ParseRows(msg, domain, 0, 1, Where{}).count);
+    } else {
+      parsed.ForEach([&](size_t i, int64_t p) { sink += static_cast<uint64_t>(p) ^ i; });
+    }
+    benchmark::DoNotOptimize(sink);
+  }
+  state.counters["ns_per_row"] = benchmark::Counter(
+      static_cast<double>(positions.size()),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["bytes"] = static_cast<double>(msg.size());
+}
+
+BENCHMARK(BM_RowIndex)
+    ->ArgsProduct({{512500}, {37500, 5100}, {0, 1, 2}, {0, 1, 2}})
+    ->ArgNames({"domain", "rows", "enc", "step"})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Permutation)
     ->ArgsProduct({{714120, 1048577, 4100000, int64_t{1} << 22}, {0, 1}})
     ->ArgNames({"rows", "fwd"})
