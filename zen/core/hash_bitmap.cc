@@ -459,6 +459,23 @@ void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t w
   std::memcpy(msg.data(), &h, sizeof(h));
 }
 
+namespace {
+
+// Every position of a parsed message strictly ascending inside [0, domain_size).
+void CheckPositions(const RowsMessage& m, int64_t domain_size, int server, const Where& where) {
+  int64_t prev = -1;
+  m.ForEach([&](size_t i, int64_t p) {
+    if (p <= prev || p >= domain_size) {
+      throw FormatError(where, "row message from server ", server, ": position ", p, " at row ",
+                        i, " is outside the server's domain [0, ", domain_size,
+                        "), out of order or repeated");
+    }
+    prev = p;
+  });
+}
+
+}  // namespace
+
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
                       int64_t width, const Where& where) {
   if (message.size() < kRowHeaderBytes) {
@@ -539,15 +556,7 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                       " for ", h.count, " rows of width ", width);
   }
   if (m.encoding == RowEncoding::kCoo || m.encoding == RowEncoding::kCoo32) {
-    int64_t prev = -1;
-    m.ForEach([&](size_t i, int64_t p) {
-      if (p <= prev || p >= domain_size) {
-        throw FormatError(where, "row message from server ", server, ": position ", p,
-                          " at row ", i, " is outside the server's domain [0, ", domain_size,
-                          "), out of order or repeated");
-      }
-      prev = p;
-    });
+    CheckPositions(m, domain_size, server, where);
     if (m.encoding == RowEncoding::kCoo32) {
       const std::byte* pad = m.index + static_cast<size_t>(h.count) * sizeof(uint32_t);
       if (std::any_of(pad, m.values, [](std::byte b) { return b != std::byte{0}; })) {
@@ -577,15 +586,7 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
       throw FormatError(where, "row message from server ", server,
                         ": Elias-Fano has bits set past its ", count, " rows");
     }
-    int64_t prev = -1;
-    m.ForEach([&](size_t i, int64_t p) {
-      if (p <= prev || p >= domain_size) {
-        throw FormatError(where, "row message from server ", server, ": position ", p,
-                          " at row ", i, " is outside the server's domain [0, ", domain_size,
-                          "), out of order or repeated");
-      }
-      prev = p;
-    });
+    CheckPositions(m, domain_size, server, where);
   } else {
     uint64_t last = 0;
     const size_t pop = CountBits(m.index, m.words, last);
