@@ -261,7 +261,10 @@ class Net(nn.Module):
         return self.out(torch.relu(self.hidden(self.norm(self.emb(x)).mean(1))))
 
 
-def train(rank, steps, hook_state=None):
+def train(rank, steps, hook_state=None, first=0, prepare=None):
+    """Steps first..steps-1 of Net under DDP (SGD), with topk_hook and the
+    state hook_state(model) when given; prepare(model, opt, state), when
+    given, runs before the first step (e.g. loads a checkpoint)."""
     torch.manual_seed(0)
     model = Net()
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.02)
@@ -269,8 +272,10 @@ def train(rank, steps, hook_state=None):
         hook_state = hook_state(model)
         ddp.register_comm_hook(hook_state, topk_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    if prepare is not None:
+        prepare(model, opt, hook_state)
     losses = []
-    for step in range(steps):
+    for step in range(first, steps):
         gen = torch.Generator().manual_seed(1000 * step + rank)
         x = torch.randint(0, 200, (16, 8), generator=gen)
         y = torch.randint(0, 200, (16,), generator=gen)
@@ -342,26 +347,19 @@ def scenario_checkpoint(rank, world):
                          min_numel=100)
 
     def run(first, last, saved=None, load_topk=True):
-        torch.manual_seed(0)
-        model = Net()
-        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.02)
-        state = options(model)
-        opt = torch.optim.SGD(model.parameters(), lr=0.2)
-        if saved is not None:
-            ckpt = torch.load(saved, weights_only=True)
-            model.load_state_dict(ckpt["model"])
-            opt.load_state_dict(ckpt["opt"])
-            if load_topk:
-                state.load_state_dict(ckpt["topk"])
-        ddp.register_comm_hook(state, topk_hook)
-        for step in range(first, last):
-            gen = torch.Generator().manual_seed(1000 * step + rank)
-            x = torch.randint(0, 200, (16, 8), generator=gen)
-            y = torch.randint(0, 200, (16,), generator=gen)
-            opt.zero_grad()
-            F.cross_entropy(ddp(x), y).backward()
-            opt.step()
-        return model, state, opt
+        kept = {}
+
+        def prepare(model, opt, state):
+            kept["opt"] = opt
+            if saved is not None:
+                ckpt = torch.load(saved, weights_only=True)
+                model.load_state_dict(ckpt["model"])
+                opt.load_state_dict(ckpt["opt"])
+                if load_topk:
+                    state.load_state_dict(ckpt["topk"])
+
+        model, state, _ = train(rank, last, options, first, prepare)
+        return model, state, kept["opt"]
 
     reference, ref_state, _ = run(0, steps)
     model, state, opt = run(0, stop)

@@ -141,19 +141,27 @@ class FlagsNet(Net):
         return out + self.sometimes(h).sum() if self.sometimes is not None and step % 2 else out
 
 
+def register_hook(ddp, model, hook):
+    """hook None (plain DDP), "zen" (zen.torch.register, scheme auto) or
+    "topk" (TopKState(0.5)) on ddp; the hook's state (None for plain DDP)."""
+    if hook == "zen":
+        return zen.torch.register(ddp, scheme="auto")
+    if hook == "topk":
+        state = TopKState(ratio=0.5, module=model, min_numel=1)
+        ddp.register_comm_hook(state, topk_hook)
+        return state
+    return None
+
+
 def train_flags(rank, hook, sparse, flags, accumulate=1, join=False):
     """STEPS steps of FlagsNet under DDP(**flags), `accumulate` micro-batches a
-    step (the first ones under no_sync()); hook None (plain DDP), "zen"
-    (zen.torch.register, scheme auto) or "topk" (TopKState(0.5)). join: rank r
+    step (the first ones under no_sync()); hook as in register_hook. join: rank r
     takes STEPS + 2 r steps inside DDP's Join (uneven inputs: ranks that ran
     out run the hook on zero buckets while the others train)."""
     torch.manual_seed(0)
     model = FlagsNet(sparse, "find_unused_parameters" in flags)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01, **flags)
-    if hook == "zen":
-        zen.torch.register(ddp, scheme="auto")
-    elif hook == "topk":
-        ddp.register_comm_hook(TopKState(ratio=0.5, module=model, min_numel=1), topk_hook)
+    register_hook(ddp, model, hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     with Join([ddp], enable=join):
         run_steps(ddp, opt, rank, STEPS + 2 * rank if join else STEPS, accumulate,
@@ -198,19 +206,14 @@ def scenario_ddp_flags(rank, world):
 def train_compiled(rank, hook, sparse, graphs):
     """STEPS steps of Net under DDP with default buckets (torch's DDPOptimizer
     asserts that no bucket is smaller than the first), hook None, "zen" or
-    "topk" as in train_flags; compiled with torch.compile when `graphs` is a
+    "topk" as in register_hook; compiled with torch.compile when `graphs` is a
     list (the graphs dynamo hands its backend are appended to it; aot_eager:
     AOTAutograd's forward and backward graphs, run without code generation),
     eager when it is None. The model and the hook's state."""
     torch.manual_seed(0)
     model = Net(sparse)
     ddp = nn.parallel.DistributedDataParallel(model)
-    state = None
-    if hook == "zen":
-        state = zen.torch.register(ddp, scheme="auto")
-    elif hook == "topk":
-        state = TopKState(ratio=0.5, module=model, min_numel=1)
-        ddp.register_comm_hook(state, topk_hook)
+    state = register_hook(ddp, model, hook)
     forward = ddp
     if graphs is not None:
         from torch._dynamo.backends.registry import lookup_backend

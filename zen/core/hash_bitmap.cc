@@ -92,27 +92,42 @@ int EfLowBits(int64_t domain_size, int64_t count) {
   return static_cast<int>(std::bit_width(static_cast<uint64_t>(domain_size / count))) - 1;
 }
 
-// Elias-Fano's low and high words for count rows of a domain of
-// domain_size (0 <= count <= domain_size), or false.
-bool TryEfWords(int64_t domain_size, int64_t count, size_t& low_words, size_t& high_words) {
-  if (count < 0 || domain_size < count) return false;
-  const int l = EfLowBits(domain_size, count);
+// Elias-Fano's runs for count rows of a domain of domain_size: L low bits
+// per row (count x L bits), count + ((domain_size - 1) >> L) + 1 high bits,
+// each run in whole 64-bit words.
+struct EfSizes {
+  int l = 0;
   size_t low_bits = 0, high_bits = 0;
-  if (!TryMul(static_cast<size_t>(count), static_cast<size_t>(l), low_bits)) return false;
+  size_t low_words = 0, high_words = 0;
+};
+
+// The sizes, or false (count outside [0, domain_size], or an overflow).
+bool TryEfSizes(int64_t domain_size, int64_t count, EfSizes& out) {
+  if (count < 0 || domain_size < count) return false;
+  EfSizes e;
+  e.l = EfLowBits(domain_size, count);
+  if (!TryMul(static_cast<size_t>(count), static_cast<size_t>(e.l), e.low_bits)) return false;
   if (domain_size > 0 &&
-      !TryAdd(static_cast<size_t>(count), ((static_cast<size_t>(domain_size) - 1) >> l) + 1,
-              high_bits)) {
+      !TryAdd(static_cast<size_t>(count), ((static_cast<size_t>(domain_size) - 1) >> e.l) + 1,
+              e.high_bits)) {
     return false;
   }
-  low_words = low_bits / 64 + (low_bits % 64 != 0 ? 1 : 0);
-  high_words = high_bits / 64 + (high_bits % 64 != 0 ? 1 : 0);
+  e.low_words = e.low_bits / 64 + (e.low_bits % 64 != 0 ? 1 : 0);
+  e.high_words = e.high_bits / 64 + (e.high_bits % 64 != 0 ? 1 : 0);
+  out = e;
   return true;
 }
 
 bool TryEfIndex(int64_t domain_size, int64_t count, size_t& out) {
-  size_t low = 0, high = 0, words = 0;
-  return TryEfWords(domain_size, count, low, high) && TryAdd(low, high, words) &&
+  EfSizes e;
+  size_t words = 0;
+  return TryEfSizes(domain_size, count, e) && TryAdd(e.low_words, e.high_words, words) &&
          TryMul(words, sizeof(uint64_t), out);
+}
+
+// Whether the last word of a run of `bits` bits has a bit set past them.
+bool BitsPastEnd(uint64_t last_word, size_t bits) {
+  return bits % 64 != 0 && (last_word >> (bits % 64)) != 0;
 }
 
 bool TryEfBytes(int64_t domain_size, int64_t count, int64_t width, size_t& out) {
@@ -189,8 +204,8 @@ RowEncoding ChooseEncoding(int64_t domain_size, int64_t count) {
     best = RowEncoding::kHashBitmap;
     words = bitmap;
   }
-  size_t low = 0, high = 0;
-  if (TryEfWords(domain_size, count, low, high) && low + high < words) {
+  EfSizes ef;
+  if (TryEfSizes(domain_size, count, ef) && ef.low_words + ef.high_words < words) {
     best = RowEncoding::kEliasFano;
   }
   return best;
@@ -283,13 +298,15 @@ void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t>
     std::memset(index + used, 0, layout.values_offset - kRowHeaderBytes - used);
   } else if (layout.encoding == RowEncoding::kEliasFano) {
     h.domain_size = domain_size;
-    size_t low_words = 0, high_words = 0;
-    if (!TryEfWords(domain_size, count, low_words, high_words) ||
-        layout.values_offset != kRowHeaderBytes + (low_words + high_words) * sizeof(uint64_t)) {
+    EfSizes ef;
+    if (!TryEfSizes(domain_size, count, ef) ||
+        layout.values_offset !=
+            kRowHeaderBytes + (ef.low_words + ef.high_words) * sizeof(uint64_t)) {
       throw InvalidArgument(Where{}, "encode rows: the layout is not Elias-Fano's for ", count,
                             " rows over ", domain_size, " positions");
     }
-    const unsigned l = static_cast<unsigned>(EfLowBits(domain_size, count));
+    const size_t low_words = ef.low_words, high_words = ef.high_words;
+    const unsigned l = static_cast<unsigned>(ef.l);
     const uint64_t mask = l == 0 ? 0 : ~uint64_t{0} >> (64 - l);
     std::byte* high = index + low_words * sizeof(uint64_t);
     // Both runs are written word by word from registers: the low bits
@@ -503,6 +520,7 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
   m.index = message.data() + kRowHeaderBytes;
   size_t expect = 0;
   bool fits = false;
+  EfSizes ef;  // Elias-Fano's runs
   if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo)) {
     if (h.domain_size != 0) {
       throw FormatError(where, "row message from server ", server, ": COO with domain size ",
@@ -540,11 +558,10 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                         h.domain_size, " positions, but the server's domain has ", domain_size);
     }
     m.encoding = RowEncoding::kEliasFano;
-    size_t low_words = 0;
-    fits = TryEfWords(domain_size, h.count, low_words, m.words) &&
-           TryEfBytes(domain_size, h.count, width, expect);
-    m.low_bits = EfLowBits(domain_size, h.count);
-    m.high = m.index + low_words * sizeof(uint64_t);
+    fits = TryEfSizes(domain_size, h.count, ef) && TryEfBytes(domain_size, h.count, width, expect);
+    m.words = ef.high_words;
+    m.low_bits = ef.l;
+    m.high = m.index + ef.low_words * sizeof(uint64_t);
     m.values = m.high + m.words * sizeof(uint64_t);
   } else {
     throw FormatError(where, "row message from server ", server, ": unknown encoding ",
@@ -574,17 +591,11 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
       throw FormatError(where, "row message from server ", server, ": Elias-Fano high bits: ",
                         pop, " set but the header says ", h.count, " rows");
     }
-    const size_t count = static_cast<size_t>(h.count);
-    const size_t high_bits =
-        domain_size == 0 ? 0 : count + (static_cast<size_t>(domain_size - 1) >> m.low_bits) + 1;
-    const size_t low_bits = count * static_cast<size_t>(m.low_bits);
-    const size_t low_words = static_cast<size_t>(m.high - m.index) / sizeof(uint64_t);
     uint64_t low_last = 0;
-    if (low_words > 0) std::memcpy(&low_last, m.high - sizeof(uint64_t), sizeof(low_last));
-    if ((high_bits % 64 != 0 && (last >> (high_bits % 64)) != 0) ||
-        (low_bits % 64 != 0 && (low_last >> (low_bits % 64)) != 0)) {
+    if (ef.low_words > 0) std::memcpy(&low_last, m.high - sizeof(uint64_t), sizeof(low_last));
+    if (BitsPastEnd(last, ef.high_bits) || BitsPastEnd(low_last, ef.low_bits)) {
       throw FormatError(where, "row message from server ", server,
-                        ": Elias-Fano has bits set past its ", count, " rows");
+                        ": Elias-Fano has bits set past its ", h.count, " rows");
     }
     CheckPositions(m, domain_size, server, where);
   } else {
@@ -594,7 +605,7 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
       throw FormatError(where, "row message from server ", server, ": bitmap has ", pop,
                         " bits set but the header says ", h.count, " rows");
     }
-    if (domain_size % 64 != 0 && (last >> (domain_size % 64)) != 0) {
+    if (BitsPastEnd(last, static_cast<size_t>(domain_size))) {
       throw FormatError(where, "row message from server ", server,
                         ": bitmap has bits set past the domain's ", domain_size, " positions");
     }

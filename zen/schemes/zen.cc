@@ -713,13 +713,14 @@ CostVolumes ZenCost(const CostInputs& in) {
   const double share = in.Union(in.n) / in.n;
   const double domain = static_cast<double>(in.rows) / in.n;
   const bool coo32 = domain <= static_cast<double>(kMaxCoo32Domain);
-  const double ids = std::min({std::ceil(domain / 64) * 8, share * (coo32 ? 4 : 8),
-                               EliasFanoIndexBytes(domain, share)});
+  const double bitmap = std::ceil(domain / 64) * 8;
+  const double ids =
+      std::min({bitmap, share * (coo32 ? 4 : 8), EliasFanoIndexBytes(domain, share)});
   const double pushed = in.nnz / in.n;  // to each server
   const double push_row =
       in.width == 1 && coo32
           ? in.vals + std::min({4.0, EliasFanoIndexBytes(domain, pushed) / std::max(1.0, pushed),
-                                std::ceil(domain / 64) * 8 / std::max(1.0, pushed)})
+                                bitmap / std::max(1.0, pushed)})
           : in.row;
   const double push = (in.n - 1) * in.nnz / in.n * push_row;
   const double pull = (in.n - 1) * (ids + share * in.vals);
