@@ -18,7 +18,9 @@ WORKER = HERE / "zen_worker.py"
 
 def rank_env():
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", ZEN_TIMEOUT="60", PYTHONUNBUFFERED="1")
+    # PYTHONFAULTHANDLER: a rank that dies of a signal (SIGSEGV, SIGABRT)
+    # prints every thread's Python stack into the test's log.
+    env.update(OMP_NUM_THREADS="1", ZEN_TIMEOUT="60", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     env.pop("ZEN_SCHEME", None)
     return env
 

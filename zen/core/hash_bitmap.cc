@@ -493,8 +493,14 @@ void CheckPositions(const RowsMessage& m, int64_t domain_size, int server, const
 
 }  // namespace
 
+void RowsMessage::ThrowBadPosition(int64_t domain_size, int server, const Where& where) const {
+  CheckPositions(*this, domain_size, server, where);
+  throw FormatError(where, "row message from server ", server,
+                    ": a position failed its check, then passed it");  // unreachable
+}
+
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
-                      int64_t width, const Where& where) {
+                      int64_t width, const Where& where, PositionCheck positions) {
   if (message.size() < kRowHeaderBytes) {
     throw FormatError(where, "row message from server ", server, " has ", message.size(),
                       " bytes, less than its ", kRowHeaderBytes, "-byte header");
@@ -572,8 +578,9 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                       " bytes, expected ", fits ? std::to_string(expect) : std::string("an overflowing size"),
                       " for ", h.count, " rows of width ", width);
   }
+  const bool check_positions = positions == PositionCheck::kNow;
   if (m.encoding == RowEncoding::kCoo || m.encoding == RowEncoding::kCoo32) {
-    CheckPositions(m, domain_size, server, where);
+    if (check_positions) CheckPositions(m, domain_size, server, where);
     if (m.encoding == RowEncoding::kCoo32) {
       const std::byte* pad = m.index + static_cast<size_t>(h.count) * sizeof(uint32_t);
       if (std::any_of(pad, m.values, [](std::byte b) { return b != std::byte{0}; })) {
@@ -597,7 +604,7 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
       throw FormatError(where, "row message from server ", server,
                         ": Elias-Fano has bits set past its ", h.count, " rows");
     }
-    CheckPositions(m, domain_size, server, where);
+    if (check_positions) CheckPositions(m, domain_size, server, where);
   } else {
     uint64_t last = 0;
     const size_t pop = CountBits(m.index, m.words, last);

@@ -44,7 +44,8 @@
 // Parsing validates everything (magic, version, encoding, exact length with
 // overflow-checked arithmetic, width, domain size, popcount == count, zero
 // tail bits and padding, positions strictly ascending and inside D_j;
-// Elias-Fano messages are decoded once for it) and throws
+// Elias-Fano messages are decoded once for it, or the reader checks the
+// positions as it decodes them: PositionCheck) and throws
 // FormatError naming the rank, tensor and the bad field: received bytes
 // never crash the decoder. ParseRows returns a view into the message (no
 // copy): a receiver reduces straight out of its receive buffer.
@@ -182,6 +183,24 @@ struct RowsMessage {
       }
     }
   }
+  // ForEach for a message parsed with PositionCheck::kByReader: the same
+  // calls, fn(i, position) for every row, while each position is checked
+  // against its predecessor and the domain on the way (no pass of its own);
+  // once all are done, FormatError as ParseRows' for a position out of
+  // order, repeated or outside [0, domain_size). fn sees the bad positions
+  // before the error: it must only write what the reader discards on an
+  // error (a scratch buffer), nothing the caller keeps.
+  template <typename Fn>
+  void ForEachChecked(int64_t domain_size, int server, const Where& where, Fn&& fn) const {
+    int64_t prev = -1;
+    bool bad = false;
+    ForEach([&](size_t i, int64_t p) {
+      bad |= (p <= prev) | (p >= domain_size);
+      prev = p;
+      fn(i, p);
+    });
+    if (bad) ThrowBadPosition(domain_size, server, where);
+  }
   // Row i's width floats (the values start 8-byte aligned in the message).
   const float* row(size_t i) const {
     return reinterpret_cast<const float*>(values) + i * static_cast<size_t>(width);
@@ -227,13 +246,27 @@ struct RowsMessage {
       }
     }
   }
+
+ private:
+  // ParseRows' FormatError for the first bad position (a second decoding
+  // pass, on the error path only).
+  [[noreturn]] void ThrowBadPosition(int64_t domain_size, int server, const Where& where) const;
+};
+
+// Whether ParseRows decodes the positions of a COO, COO32 or Elias-Fano
+// message to check them (a bitmap's need no decoding).
+enum class PositionCheck {
+  kNow,       // strictly ascending inside the domain, checked by ParseRows
+  kByReader,  // everything else checked; the reader, which decodes the
+              // positions anyway, reads them with ForEachChecked
 };
 
 // Validates a message from the owner of a domain of domain_size (see the
 // format above). FormatError, prefixed by `where` and naming `server`, for
 // anything malformed.
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
-                      int64_t width, const Where& where);
+                      int64_t width, const Where& where,
+                      PositionCheck positions = PositionCheck::kNow);
 
 // Values on the wire at half width (opt-in, e.g. torch's bf16 compression
 // composed with ZEN's sparsity): a message is encoded with float32 values as

@@ -234,13 +234,27 @@ class MalformedTest : public ::testing::Test {
     EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kCoo32, coo32_);
     EncodeRows(domains_.size(1), 2, positions_, values_, EncodingChoice::kEliasFano, ef_);
   }
+  // The error of ParseRows, and the same error where the reader checks the
+  // positions (PositionCheck::kByReader, then ForEachChecked).
   void ExpectFormatError(const std::vector<std::byte>& msg, const char* what) {
     DecodedRows got;
+    std::string now;
     try {
       DecodeRows(msg, domains_.size(1), 1, 2, Where{2, "emb"}, got);
       ADD_FAILURE() << "no error for " << what;
     } catch (const FormatError& e) {
-      EXPECT_NE(std::string(e.what()).find("rank 2, tensor 'emb'"), std::string::npos) << e.what();
+      now = e.what();
+      EXPECT_NE(now.find("rank 2, tensor 'emb'"), std::string::npos) << now;
+    }
+    try {
+      const RowsMessage m =
+          ParseRows(msg, domains_.size(1), 1, 2, Where{2, "emb"}, PositionCheck::kByReader);
+      size_t rows = 0;
+      m.ForEachChecked(domains_.size(1), 1, Where{2, "emb"}, [&](size_t, int64_t) { ++rows; });
+      EXPECT_EQ(rows, static_cast<size_t>(m.count));
+      ADD_FAILURE() << "no error by the reader for " << what;
+    } catch (const FormatError& e) {
+      EXPECT_EQ(e.what(), now) << what;
     }
   }
   template <typename T>

@@ -7,6 +7,8 @@
 // comparison sort is cheaper) fall back to std::sort. Stable in both cases
 // for distinct keys (the only case ZEN has). `scratch` is resized to n and
 // reused by the caller across calls, so steady-state calls do not allocate.
+// The sorts of 64-bit words (a key above a payload: SortWordsByBits,
+// CountedWordSort) take digits of up to 12 bits (PlanRadix).
 //
 // Usage:
 //   std::vector<zen::KeyItem> pairs = ..., scratch;
@@ -20,6 +22,8 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "zen/core/error.h"
 
 namespace zen {
 
@@ -103,49 +107,163 @@ inline void StableSortWordsByMask(std::span<uint64_t> a, std::vector<uint64_t>& 
   if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
 }
 
+// The digits of an LSD radix sort of `bits`-bit keys: as few passes as
+// digits of at most 12 bits allow for keys up to 36 bits (two passes for 24
+// bits, where 11-bit digits need three), 11-bit digits beyond; the bits
+// shared evenly. passes x 2^digit <= kRadixCounters.
+struct RadixPlan {
+  int passes;
+  int digit;
+};
+inline constexpr size_t kRadixCounters = size_t{3} << 12;
+inline RadixPlan PlanRadix(int bits) {
+  bits = std::clamp(bits, 1, 64);
+  const int max_digit = bits <= 36 ? 12 : 11;
+  const int passes = (bits + max_digit - 1) / max_digit;
+  return {passes, (bits + passes - 1) / passes};
+}
+
 // Sorts 64-bit words by their bits [shift, shift + bits) (the rest rides
 // along: e.g. an id in the high 32 bits and a float's bits in the low 32,
 // half the bytes of a KeyItem). Bits above shift + bits must be zero (they
-// may fall into the last digit). shift + bits <= 64. The same LSD radix sort, with every digit's
-// histogram counted in one read pass; short lists by StableSortWordsByMask.
-// Stable; allocates nothing once scratch holds a.size() words.
+// may fall into the last digit). shift + bits <= 64. An LSD radix sort
+// (PlanRadix's digits), every digit's histogram counted in one read pass;
+// short lists by StableSortWordsByMask. Stable; allocates nothing once
+// scratch holds a.size() words.
 inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratch, int shift,
                             int bits) {
-  constexpr int kDigit = 11;
-  constexpr size_t kBuckets = size_t{1} << kDigit;
-  constexpr int kMaxPasses = 6;
   const size_t n = a.size();
   bits = std::max(bits, 1);
-  const int passes = std::min(kMaxPasses, (bits + kDigit - 1) / kDigit);
+  const RadixPlan plan = PlanRadix(bits);
+  const int passes = plan.passes, digit = plan.digit;
+  const size_t buckets = size_t{1} << digit;
   if (n < 1024 || std::log2(static_cast<double>(n)) <
-                      passes * (3.0 + static_cast<double>(kBuckets) / static_cast<double>(n))) {
+                      passes * (3.0 + static_cast<double>(buckets) / static_cast<double>(n))) {
     const uint64_t mask = bits >= 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1) << shift;
     StableSortWordsByMask(a, scratch, mask);
     return;
   }
   if (scratch.size() < n) scratch.resize(n);
-  std::array<std::array<size_t, kBuckets>, kMaxPasses> count;  // only `passes` of them zeroed
-  for (int p = 0; p < passes; ++p) count[static_cast<size_t>(p)].fill(0);
+  const uint64_t mask = buckets - 1;
+  std::array<size_t, kRadixCounters> count;  // passes x buckets of them zeroed
+  std::fill_n(count.begin(), static_cast<size_t>(passes) * buckets, size_t{0});
   for (const uint64_t x : a) {
     for (int p = 0; p < passes; ++p) {
-      ++count[static_cast<size_t>(p)][static_cast<size_t>(x >> (shift + p * kDigit)) & (kBuckets - 1)];
+      ++count[static_cast<size_t>(p) * buckets + ((x >> (shift + p * digit)) & mask)];
     }
   }
   std::span<uint64_t> src = a, dst(scratch.data(), n);
   for (int p = 0; p < passes; ++p) {
-    auto& c = count[static_cast<size_t>(p)];
-    if (c[static_cast<size_t>(src[0] >> (shift + p * kDigit)) & (kBuckets - 1)] == n) continue;
+    size_t* c = count.data() + static_cast<size_t>(p) * buckets;
+    const int s = shift + p * digit;
+    if (c[(src[0] >> s) & mask] == n) continue;
     size_t sum = 0;
-    for (size_t& b : c) {
-      const size_t k = b;
-      b = sum;
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t k = c[b];
+      c[b] = sum;
       sum += k;
     }
-    const int s = shift + p * kDigit;
-    for (const uint64_t x : src) dst[c[static_cast<size_t>(x >> s) & (kBuckets - 1)]++] = x;
+    for (const uint64_t x : src) dst[c[(x >> s) & mask]++] = x;
     std::swap(src, dst);
   }
   if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
 }
+
+// An LSD radix sort of 64-bit words by their bits [shift, shift + bits)
+// (shift + bits <= 64, bits above them zero) for words that arrive in
+// parts: each part's digits are counted by Count as it arrives (while its
+// words are still in cache), so that Sort makes no counting pass; the last
+// pass hands each word to emit(index, word) instead of storing it, so that
+// the caller writes its own output arrays (ids and values, say) with no
+// unpacking pass after. PlanRadix's digits, as SortWordsByBits. Stable. The counters are the object's, kept across uses: a
+// steady state allocates nothing once scratch holds the words.
+//
+// Usage:
+//   zen::CountedWordSort sort;
+//   sort.Reset(/*shift=*/32, /*bits=*/zen::KeyBits(rows));
+//   for (each arriving part) sort.Count(part);       // words all in `words`
+//   sort.Sort(words, scratch, [&](size_t i, uint64_t w) { ids[i] = w >> 32; });
+class CountedWordSort {
+ public:
+  void Reset(int shift, int bits) {
+    const RadixPlan plan = PlanRadix(bits);
+    shift_ = shift;
+    passes_ = plan.passes;
+    digit_ = plan.digit;
+    counted_ = 0;
+    count_.assign(static_cast<size_t>(passes_) << digit_, 0);
+  }
+
+  void Count(std::span<const uint64_t> words) {
+    const uint64_t mask = (uint64_t{1} << digit_) - 1;
+    size_t* c = count_.data();
+    const size_t buckets = size_t{1} << digit_;
+    if (passes_ == 1) {
+      for (const uint64_t x : words) ++c[(x >> shift_) & mask];
+    } else if (passes_ == 2) {
+      const int s1 = shift_ + digit_;
+      for (const uint64_t x : words) {
+        ++c[(x >> shift_) & mask];
+        ++c[buckets + ((x >> s1) & mask)];
+      }
+    } else {
+      for (const uint64_t x : words) {
+        for (int p = 0; p < passes_; ++p) {
+          ++c[static_cast<size_t>(p) * buckets + ((x >> (shift_ + p * digit_)) & mask)];
+        }
+      }
+    }
+    counted_ += words.size();
+  }
+
+  // a: the words counted since Reset, in any order. Calls emit(i, word)
+  // once per word, i its index in the sorted order; a itself is left
+  // in an unspecified order.
+  template <typename Emit>
+  void Sort(std::span<uint64_t> a, std::vector<uint64_t>& scratch, Emit&& emit) {
+    const size_t n = a.size();
+    if (n != counted_) {  // the counts would misplace words
+      throw InvalidArgument(Where{}, "CountedWordSort: ", counted_, " words counted, ", n,
+                            " to sort");
+    }
+    if (n == 0) return;
+    if (scratch.size() < n) scratch.resize(n);
+    const size_t buckets = size_t{1} << digit_;
+    const uint64_t mask = buckets - 1;
+    // The passes that move words: a digit where every word falls in one
+    // bucket leaves the order as it is.
+    int last = -1;
+    for (int p = 0; p < passes_; ++p) {
+      const size_t* c = count_.data() + static_cast<size_t>(p) * buckets;
+      if (c[(a[0] >> (shift_ + p * digit_)) & mask] != n) last = p;
+    }
+    std::span<uint64_t> src = a, dst(scratch.data(), n);
+    for (int p = 0; p <= last; ++p) {
+      size_t* c = count_.data() + static_cast<size_t>(p) * buckets;
+      if (c[(src[0] >> (shift_ + p * digit_)) & mask] == n) continue;
+      size_t sum = 0;
+      for (size_t b = 0; b < buckets; ++b) {
+        const size_t k = c[b];
+        c[b] = sum;
+        sum += k;
+      }
+      const int s = shift_ + p * digit_;
+      if (p == last) {
+        for (const uint64_t x : src) emit(c[(x >> s) & mask]++, x);
+        return;
+      }
+      for (const uint64_t x : src) dst[c[(x >> s) & mask]++] = x;
+      std::swap(src, dst);
+    }
+    for (size_t i = 0; i < n; ++i) emit(i, src[i]);  // no pass moved a word
+  }
+
+ private:
+  int shift_ = 0;
+  int passes_ = 1;
+  int digit_ = 1;
+  size_t counted_ = 0;
+  std::vector<size_t> count_;  // passes_ histograms of 2^digit_ buckets
+};
 
 }  // namespace zen

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
+#include <tuple>
 
 namespace zen {
 namespace {
@@ -23,7 +25,9 @@ TEST(SortWordsByBits, MatchesStableSortOnIdAboveValueWords) {
   for (const auto& [n, bits] : {std::pair{10, 5}, std::pair{32, 3}, std::pair{33, 3},
                                 std::pair{100, 4}, std::pair{700, 6}, std::pair{1000, 20},
                                 std::pair{5000, 12}, std::pair{300000, 22},
-                                std::pair{70000, 32}, std::pair{4096, 1}}) {
+                                std::pair{100000, 23}, std::pair{100000, 24},
+                                std::pair{100000, 25}, std::pair{70000, 32},
+                                std::pair{4096, 1}}) {
     std::vector<uint64_t> v(static_cast<size_t>(n));
     const uint64_t bound = uint64_t{1} << bits;
     // Duplicate keys too (stability decides their order).
@@ -60,6 +64,78 @@ TEST(SortWordsByBits, MatchesStableSortOnKeyAboveIndexWords) {
     SortWordsByBits(v, scratch, 32, bits);
     EXPECT_EQ(v, want) << "n " << n << " bits " << bits;
   }
+}
+
+// Counted in parts of uneven sizes (as pull messages arrive), every index
+// emitted once, in the stable sort's order: one, two and three passes
+// (12-bit digits: 22 bits are two of 11, 24 two of 12, 25 three of 9), keys
+// of one bucket on a digit (the pass skipped), duplicates, the empty list.
+TEST(PlanRadix, FewestPassesOfDigitsUpTo12BitsThen11) {
+  for (int bits = 1; bits <= 64; ++bits) {
+    const RadixPlan plan = PlanRadix(bits);
+    const int max_digit = bits <= 36 ? 12 : 11;
+    EXPECT_EQ(plan.passes, (bits + max_digit - 1) / max_digit) << bits;
+    EXPECT_GE(plan.passes * plan.digit, bits) << bits;
+    EXPECT_LE(plan.digit, max_digit) << bits;
+    EXPECT_LE(static_cast<size_t>(plan.passes) << plan.digit, kRadixCounters) << bits;
+  }
+  EXPECT_EQ(PlanRadix(22).digit, 11);
+  EXPECT_EQ(PlanRadix(24).passes, 2);
+}
+
+TEST(CountedWordSort, EmitsTheStableSortsOrder) {
+  std::mt19937_64 rng(13);
+  std::vector<uint64_t> scratch;
+  CountedWordSort sort;
+  for (const auto& [n, bits, shift] :
+       {std::tuple{0, 20, 32}, std::tuple{1, 20, 32}, std::tuple{2000, 1, 32},
+        std::tuple{5000, 12, 32}, std::tuple{5000, 13, 32}, std::tuple{300000, 22, 32},
+        std::tuple{100000, 24, 32}, std::tuple{100000, 25, 32}, std::tuple{70000, 32, 32},
+        std::tuple{30000, 20, 0}}) {
+    std::vector<uint64_t> v(static_cast<size_t>(n));
+    const uint64_t bound = uint64_t{1} << bits;
+    const uint64_t payload = shift == 0 ? 0 : (uint64_t{1} << shift) - 1;
+    for (auto& x : v) x = (rng() % bound) << shift | (rng() & payload);
+    const std::vector<uint64_t> want = Reference(v, shift, bits);
+    sort.Reset(shift, bits);
+    for (size_t at = 0; at < v.size();) {
+      const size_t part = std::min(v.size() - at, static_cast<size_t>(rng() % 40000));
+      sort.Count(std::span<const uint64_t>(v).subspan(at, part));
+      at += part;
+    }
+    std::vector<uint64_t> got(v.size(), ~uint64_t{0});
+    size_t emitted = 0;
+    sort.Sort(v, scratch, [&](size_t i, uint64_t x) {
+      ASSERT_LT(i, got.size());
+      ASSERT_EQ(got[i], ~uint64_t{0}) << "index " << i << " emitted twice";
+      got[i] = x;
+      ++emitted;
+    });
+    EXPECT_EQ(emitted, v.size());
+    EXPECT_EQ(got, want) << "n " << n << " bits " << bits << " shift " << shift;
+  }
+  // Every key in one bucket of the low digit, spread on the high one; then
+  // every key equal (no pass moves a word: emitted in input order).
+  for (const uint64_t step : {uint64_t{1} << 11, uint64_t{0}}) {
+    std::vector<uint64_t> v(6000);
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = ((7 + step * (rng() % 1000)) % (uint64_t{1} << 22)) << 32 | i;
+    }
+    const std::vector<uint64_t> want = Reference(v, 32, 22);
+    sort.Reset(32, 22);
+    sort.Count(v);
+    std::vector<uint64_t> got(v.size());
+    sort.Sort(v, scratch, [&](size_t i, uint64_t x) { got[i] = x; });
+    EXPECT_EQ(got, want) << "step " << step;
+  }
+}
+
+TEST(CountedWordSort, WordsNotCountedAreAnError) {
+  CountedWordSort sort;
+  std::vector<uint64_t> v = {3, 1, 2}, scratch;
+  sort.Reset(0, 4);
+  sort.Count(std::span<const uint64_t>(v).first(2));
+  EXPECT_THROW(sort.Sort(v, scratch, [](size_t, uint64_t) {}), InvalidArgument);
 }
 
 }  // namespace

@@ -97,6 +97,17 @@ SparseTensor SparseTensor::FromSorted(int64_t rows, int64_t width, std::vector<i
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
 }
 
+SparseTensor SparseTensor::FromSortedUnchecked(int64_t rows, int64_t width,
+                                               std::vector<int64_t> ids,
+                                               std::vector<float> values, std::string name) {
+  ValidateShape(rows, width, name);
+  CheckValueCount(ids.size(), width, values.size(), name);
+#ifndef NDEBUG
+  CheckSortedInRange(ids, rows, name);
+#endif
+  return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
+}
+
 SparseTensor SparseTensor::View(int64_t rows, int64_t width, std::span<const int64_t> ids,
                                 std::span<const float> values, std::string name) {
   ValidateShape(rows, width, name);

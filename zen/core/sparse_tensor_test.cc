@@ -50,6 +50,11 @@ TEST(SparseTensor, ShapeAndLengthAreValidated) {
   EXPECT_THROW(SparseTensor::FromSorted(10, 1, {3, 2}, {1, 2}), InvalidArgument);
   EXPECT_THROW(SparseTensor::FromSorted(10, 1, {2, 2}, {1, 2}), InvalidArgument);
   EXPECT_THROW(SparseTensor::FromDense(std::vector<float>(5), 2, 3), InvalidArgument);
+  // FromSortedUnchecked trusts the ids' order, not the shape or the lengths.
+  EXPECT_THROW(SparseTensor::FromSortedUnchecked(0, 1, {}, {}), InvalidArgument);
+  EXPECT_THROW(SparseTensor::FromSortedUnchecked(10, 2, {1}, {1, 2, 3}), InvalidArgument);
+  EXPECT_EQ(SparseTensor::FromSortedUnchecked(10, 2, {1, 7}, {1, 2, 3, 4}, "t"),
+            SparseTensor::FromSorted(10, 2, {1, 7}, {1, 2, 3, 4}, "t"));
 }
 
 TEST(SparseTensor, DenseRoundTripSkipsZeroRows) {

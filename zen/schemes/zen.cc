@@ -103,7 +103,7 @@ HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, const Where& wh
 }
 
 void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t width,
-                         const Where& where, OnPulled on_pulled) {
+                         const Where& where, OnPulled on_pulled, PositionCheck pulled_positions) {
   const int n = comm.size();
   const int r = comm.rank();
   const size_t un = static_cast<size_t>(n);
@@ -193,7 +193,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     FinishAllGatherVEach(comm, pull_tag, ws.pull_send, ws.pull_requests, [&](int j) {
       const auto t = Clock::now();
       const RowsMessage m = ReadPeerMessage(ws.pull_recv[static_cast<size_t>(j)], "pull", j,
-                                            domains.size(j), j, width, where);
+                                            domains.size(j), j, width, where, pulled_positions);
       ws.pulled[static_cast<size_t>(j)] = m;
       (m.encoding == RowEncoding::kHashBitmap   ? stats_.pull_bitmap_messages
        : m.encoding == RowEncoding::kEliasFano ? stats_.pull_elias_fano_messages
@@ -209,7 +209,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     // sends are complete: its message may be widened in place).
     t0 = Clock::now();
     WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
-    ws.pulled[static_cast<size_t>(r)] = ParseRows(ws.pull_send, domains.size(r), r, width, where);
+    ws.pulled[static_cast<size_t>(r)] =
+        ParseRows(ws.pull_send, domains.size(r), r, width, where, pulled_positions);
     on_pulled(domains, r);
     stats_.decode_seconds += Since(t0);
   } catch (const TransportError&) {
@@ -231,10 +232,10 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
 
 RowsMessage ZenScheme::ReadPeerMessage(ByteBuffer& message, const char* round, int peer,
                                        int64_t domain_size, int server, int64_t width,
-                                       const Where& where) const {
+                                       const Where& where, PositionCheck positions) const {
   CheckNotFailed(message, round, peer, where);
   WidenRowsValues(message, domain_size, width, options_.wire_values, peer, where);
-  return ParseRows(message, domain_size, server, width, where);
+  return ParseRows(message, domain_size, server, width, where, positions);
 }
 
 void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
@@ -470,25 +471,32 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
   t0 = Clock::now();
   std::fill(zero.begin(), zero.end(), 0.0f);
   stats_.decode_seconds = Since(t0);
-  Exchange(comm, domains, local.width(), where, on_pulled);
+  // Element-sparse rows are read by AppendElementWords, which checks the
+  // positions as it decodes them (no decoding pass of ParseRows' own).
+  Exchange(comm, domains, local.width(), where, on_pulled,
+           ElementPath(local) ? PositionCheck::kByReader : PositionCheck::kNow);
   return domains;
 }
 
-std::span<uint64_t> ZenScheme::AppendElementWords(const HashDomains& domains, int server) {
+std::span<uint64_t> ZenScheme::AppendElementWords(const HashDomains& domains, int server,
+                                                  size_t at, const Where& where) {
   const RowsMessage& m = ws_.pulled[static_cast<size_t>(server)];
-  const size_t first = ws_.result_words.size();
-  ws_.result_words.resize(first + static_cast<size_t>(m.count));  // capacity kept across calls
-  uint64_t* out = ws_.result_words.data() + first;
+  const size_t count = static_cast<size_t>(m.count);
+  // Grown only, never shrunk: a steady state neither allocates nor zeroes.
+  if (ws_.result_words.size() < at + count) ws_.result_words.resize(at + count);
+  uint64_t* out = ws_.result_words.data() + at;
   // Keys first (a branch-light pass over the index), then the inverse
   // permutation, batched (RowPermutation::InverseInPlace).
+  // The positions are checked on the way (ParseRows left them to this
+  // reader); a bad one raises before the words are used.
   const uint64_t start = static_cast<uint64_t>(domains.start(server));
   const float* v = m.row(0);
-  m.ForEach([&](size_t i, int64_t p) {
+  m.ForEachChecked(domains.size(server), server, where, [&](size_t i, int64_t p) {
     uint32_t bits;
     std::memcpy(&bits, v + i, sizeof(bits));
     *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
   });
-  const std::span<uint64_t> added(ws_.result_words.data() + first, static_cast<size_t>(m.count));
+  const std::span<uint64_t> added(ws_.result_words.data() + at, count);
   domains.owner().IdsOfKeysInPlace(added, 32);
   return added;
 }
@@ -500,17 +508,23 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   // where it lies), then the union is ordered by id (radix sort) and ids and
   // values are written once.
   const size_t w = static_cast<size_t>(local.width());
-  const bool element = w == 1 && local.rows() <= (int64_t{1} << 32);
+  const bool element = ElementPath(local);
+  const Where where{comm.rank(), local.name()};
   // Wider rows below 2^32: one word per row too, the id above the row's
   // index (half the bytes of a KeyItem to sort).
   const bool packed = !element && local.rows() <= (int64_t{1} << 32);
-  ws_.result_words.clear();
+  if (!element) ws_.result_words.clear();  // the element path writes at offsets, no zeroing
   ws_.order.clear();
   ws_.rows.clear();
+  size_t elements = 0;  // element path: the words appended to ws_.result_words
+  if (element) ws_.result_sort.Reset(32, KeyBits(local.rows()));
   const std::optional<HashDomains> exchanged =
       SparseExchange(comm, local, {}, [&](const HashDomains& domains, int j) {
     if (element) {
-      AppendElementWords(domains, j);
+      // The sort's digits are counted while the message's words are in cache.
+      const std::span<const uint64_t> added = AppendElementWords(domains, j, elements, where);
+      ws_.result_sort.Count(added);
+      elements += added.size();
       return;
     }
     ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
@@ -527,18 +541,18 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   std::vector<int64_t> ids;
   std::vector<float> values;
   if (element) {
-    // Sorting the words orders the values too: nothing is gathered after.
-    const size_t total = ws_.result_words.size();
-    SortWordsByBits(ws_.result_words, ws_.word_scratch, 32, KeyBits(local.rows()));
-    ids.reserve(total);  // filled below without a zeroing pass
-    values.reserve(total);
-    for (const uint64_t x : ws_.result_words) {
-      ids.push_back(static_cast<int64_t>(x >> 32));
-      const uint32_t bits = static_cast<uint32_t>(x);
-      float v;
-      std::memcpy(&v, &bits, sizeof(v));
-      values.push_back(v);
-    }
+    // Sorting the words orders the values too; the sort's last pass writes
+    // each word's id and value straight into the result (no unpacking pass).
+    ids.resize(elements);
+    values.resize(elements);
+    int64_t* id = ids.data();
+    float* value = values.data();
+    ws_.result_sort.Sort(std::span(ws_.result_words.data(), elements), ws_.word_scratch,
+                         [&](size_t i, uint64_t x) {
+                           id[i] = static_cast<int64_t>(x >> 32);
+                           const uint32_t bits = static_cast<uint32_t>(x);
+                           std::memcpy(value + i, &bits, sizeof(bits));
+                         });
   } else {
     // The row's index is the payload: each row is copied once, in id order.
     // id_at(i) / row_at(i): the i-th row of the sorted order.
@@ -585,8 +599,11 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   }
   stats_.decode_seconds += Since(t0);
   stats_.result_rows = static_cast<int64_t>(ids.size());
-  return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
-                                  local.name());
+  // Sorted and unique by construction (the servers' domains are disjoint and
+  // each message's positions were checked ascending when it was parsed): no
+  // checking pass.
+  return SparseTensor::FromSortedUnchecked(local.rows(), local.width(), std::move(ids),
+                                           std::move(values), local.name());
 }
 
 void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
@@ -596,14 +613,14 @@ void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::s
   // message is written into it as soon as it arrives (the servers'
   // partitions are disjoint, so the order does not matter).
   const bool scaled = divisor != 1.0f;
-  const bool element = local.width() == 1 && local.rows() <= (int64_t{1} << 32);
+  const bool element = ElementPath(local);
+  const Where where{comm.rank(), local.name()};
   const size_t w = static_cast<size_t>(local.width());
   const std::optional<HashDomains> exchanged =
       SparseExchange(comm, local, out, [&](const HashDomains& domains, int j) {
     if (element) {
-      ws_.result_words.clear();
       float* dst = out.data();
-      for (const uint64_t x : AppendElementWords(domains, j)) {
+      for (const uint64_t x : AppendElementWords(domains, j, 0, where)) {
         const uint32_t bits = static_cast<uint32_t>(x);
         float v;
         std::memcpy(&v, &bits, sizeof(v));

@@ -140,6 +140,7 @@ class ZenScheme final : public Scheme {
     std::vector<const float*> agg_rows;  // the rows those words index
     std::vector<uint64_t> result_words;  // the result's words: (id, value) or (id, row index)
     std::vector<uint64_t> word_scratch;  // their radix sorts
+    CountedWordSort result_sort;         // element path: the result words' sort
     std::vector<const float*> rows;
     RequestList push_requests;  // each collective's requests, from post to finish
     RequestList pull_requests;
@@ -151,14 +152,17 @@ class ZenScheme final : public Scheme {
   // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
   // (served_*) and views of every server's pull message (pulled[j]);
   // on_pulled(domains, j) runs as soon as pulled[j] is set (the peers' in the
-  // order they arrive, while later ones travel; this server's last).
+  // order they arrive, while later ones travel; this server's last). The
+  // pulls are parsed with pulled_positions: kByReader only where on_pulled
+  // reads every message with ForEachChecked.
   void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
-                OnPulled on_pulled);
+                OnPulled on_pulled, PositionCheck pulled_positions = PositionCheck::kNow);
   // A peer's push or pull message, validated and viewed in place: an empty
   // one (the peer failed) raises, half-width values are widened, then parsed.
   RowsMessage ReadPeerMessage(ByteBuffer& message, const char* round, int peer,
                               int64_t domain_size, int server, int64_t width,
-                              const Where& where) const;
+                              const Where& where,
+                              PositionCheck positions = PositionCheck::kNow) const;
   // After a failure inside Exchange: sends an empty message in each round
   // whose tag is given (not yet sent) and waits for that round; never throws.
   void TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
@@ -190,10 +194,18 @@ class ZenScheme final : public Scheme {
   // (nothing to exchange).
   std::optional<HashDomains> SparseExchange(Communicator& comm, const SparseTensor& local,
                                             std::span<float> zero, OnPulled on_pulled);
-  // Width 1, rows <= 2^32: appends server's pulled message to
-  // ws_.result_words, one word per element, its id above its value's bits;
-  // returns the words added.
-  std::span<uint64_t> AppendElementWords(const HashDomains& domains, int server);
+  // Width 1, rows <= 2^32: writes server's pulled message into
+  // ws_.result_words from index `at` on (growing it if needed), one word per
+  // element, its id above its value's bits; returns the words written.
+  // The message's positions are read with ForEachChecked (SparseExchange
+  // parses the pulls of such tensors with PositionCheck::kByReader).
+  std::span<uint64_t> AppendElementWords(const HashDomains& domains, int server, size_t at,
+                                         const Where& where);
+  // Whether a tensor takes the element path: width 1, rows <= 2^32 (ids
+  // and keys fit the high half of a word).
+  static bool ElementPath(const SparseTensor& t) {
+    return t.width() == 1 && t.rows() <= (int64_t{1} << 32);
+  }
   // fn(id, row) for every row of server's pulled message.
   template <typename Fn>
   void ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn) const;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -764,6 +765,99 @@ TEST(Zen, APeerThatFailsInsideTheExchangeMakesEveryRankRaiseAtOnce) {
     EXPECT_NE(errors[0].find("rank 1 failed during this call"), std::string::npos) << errors[0];
     EXPECT_NE(errors[1].find("rank 0 failed during this call"), std::string::npos) << errors[1];
     EXPECT_LT(seconds, 10.0);
+  }
+}
+
+// Forwards to `inner`; the second zen rows message sent to each peer in a
+// call (the pull: the push goes first), when it is Elias-Fano, leaves with
+// its last row's high bit moved to the last bit of the high run: the popcount
+// and the tail bits stay valid, the last position lands past the server's
+// domain. Counts what it corrupted.
+class PastTheDomainPullComm final : public Communicator {
+ public:
+  explicit PastTheDomainPullComm(Communicator& inner)
+      : Communicator(inner.rank(), inner.size(), inner.timeout()), inner_(inner),
+        sent_(static_cast<size_t>(inner.size()), 0) {}
+  std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
+    const bool rows = data.size() >= kRowHeaderBytes && std::memcmp(data.data(), "ZENR", 4) == 0;
+    if (!rows || ++sent_[static_cast<size_t>(peer)] != 2 ||
+        static_cast<RowEncoding>(data[5]) != RowEncoding::kEliasFano) {
+      return inner_.Send(peer, tag, data);
+    }
+    int64_t count = 0, domain = 0;
+    std::memcpy(&count, data.data() + 8, sizeof(count));
+    std::memcpy(&domain, data.data() + 24, sizeof(domain));
+    const int l = EliasFanoLowBits(domain, count);
+    const size_t low_words = (static_cast<size_t>(count) * static_cast<size_t>(l) + 63) / 64;
+    const size_t high_bits = static_cast<size_t>(count + ((domain - 1) >> l) + 1);
+    std::vector<std::byte>& m = corrupted_.emplace_back(data.begin(), data.end());
+    std::byte* high = m.data() + kRowHeaderBytes + low_words * sizeof(uint64_t);
+    auto bit = [&](size_t b) { return (std::to_integer<int>(high[b / 8]) >> (b % 8)) & 1; };
+    size_t last = high_bits;
+    while (last > 0 && !bit(last - 1)) --last;
+    high[(last - 1) / 8] &= ~std::byte(1u << ((last - 1) % 8));
+    high[(high_bits - 1) / 8] |= std::byte(1u << ((high_bits - 1) % 8));
+    return inner_.Send(peer, tag, m);
+  }
+  std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
+    return inner_.Recv(peer, tag, data);
+  }
+  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
+                                    int64_t max_bytes) override {
+    return inner_.RecvUpTo(peer, tag, out, max_bytes);
+  }
+  size_t corrupted() const { return corrupted_.size(); }
+
+ private:
+  Communicator& inner_;
+  std::vector<int> sent_;
+  std::deque<std::vector<std::byte>> corrupted_;  // alive until the sends complete
+};
+
+// An element-sparse pull's positions are checked by the reader that decodes
+// them (AppendElementWords, ParseRows leaving them to it): a position past
+// the server's domain is the same FormatError as when ParseRows checked it,
+// on both output paths. (The corrupting rank is not told: its pull was out
+// before the receiver read it.)
+TEST(Zen, ElementPullPositionsAreCheckedByTheirReader) {
+  SyntheticSpec spec;
+  spec.rows = 100000;
+  spec.width = 1;
+  spec.density = 0.01;
+  spec.seed = 5;
+  for (const bool into : {false, true}) {
+    std::mutex mu;
+    std::string error;
+    size_t corrupted = 0;
+    testing::RunRanks(
+        Backend::kInProc, 2,
+        [&](Communicator& inner) {
+          const SparseTensor local = GenerateSyntheticRank(spec, inner.rank());
+          ZenScheme scheme;
+          if (inner.rank() == 0) {
+            try {
+              std::vector<float> out(static_cast<size_t>(spec.rows));
+              if (into) {
+                scheme.SyncInto(inner, local, out);
+              } else {
+                scheme.Sync(inner, local);
+              }
+            } catch (const FormatError& e) {
+              std::lock_guard lock(mu);
+              error = e.what();
+            }
+            return;
+          }
+          PastTheDomainPullComm comm(inner);
+          scheme.Sync(comm, local);
+          std::lock_guard lock(mu);
+          corrupted = comm.corrupted();
+        },
+        std::chrono::seconds(20));
+    EXPECT_EQ(corrupted, 1u) << "the pull was not Elias-Fano";
+    EXPECT_NE(error.find("rank 0"), std::string::npos) << error;
+    EXPECT_NE(error.find("row message from server 1: position"), std::string::npos) << error;
+    EXPECT_NE(error.find("outside the server's domain"), std::string::npos) << error;
   }
 }
 
