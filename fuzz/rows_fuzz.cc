@@ -1,8 +1,10 @@
 // libFuzzer target: zen::DecodeRows (zen/core/hash_bitmap.h), the decoder of
 // ZEN's push and pull messages (COO, COO32, hash bitmap or Elias-Fano), whose index is a
-// position in the sending server's domain. Input: RowsCase parameters, then
-// the message.
+// position in the sending server's domain, and its reader-checked form
+// (ParseRows with PositionCheck::kByReader, then ForEachChecked). Input:
+// RowsCase parameters, then the message.
 #include <cstring>
+#include <string>
 
 #include "fuzz/fuzz_cases.h"
 #include "zen/core/hash_bitmap.h"
@@ -15,12 +17,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const zen::HashDomains domains(c.hash ? zen::RowOwner::Permuted(c.seed, c.rows, c.servers)
                                         : zen::RowOwner::Range(c.rows, c.servers));
   const int64_t dsize = domains.size(c.server);
+  // The reader's check (PositionCheck::kByReader, then ForEachChecked, the
+  // element path's) rejects exactly what ParseRows' own check rejects, with
+  // the same error; every row is read on the way, in bounds.
+  std::string by_reader;
+  try {
+    const zen::RowsMessage m = zen::ParseRows(msg, dsize, c.server, c.width,
+                                              zen::Where{0, "fuzz"}, zen::PositionCheck::kByReader);
+    size_t rows = 0;
+    m.ForEachChecked(dsize, c.server, zen::Where{0, "fuzz"}, [&](size_t i, int64_t) {
+      if (i != rows++) zen::fuzz::Fail("ForEachChecked skipped a row");
+    });
+    if (rows != static_cast<size_t>(m.count)) zen::fuzz::Fail("ForEachChecked row count");
+  } catch (const zen::FormatError& e) {
+    by_reader = e.what();
+  }
   zen::DecodedRows got;
   try {
     zen::DecodeRows(msg, dsize, c.server, c.width, zen::Where{0, "fuzz"}, got);
-  } catch (const zen::FormatError&) {
+  } catch (const zen::FormatError& e) {
+    if (by_reader != e.what()) zen::fuzz::Fail("the reader's check differs from ParseRows': " + by_reader + " / " + e.what());
     return 0;
   }
+  if (!by_reader.empty()) zen::fuzz::Fail("the reader's check rejects a valid message");
   // Every decoded position is in the server's domain, ascending, and maps
   // to an id that the owner places back at (server, position); values fit.
   if (got.values.size() != got.positions.size() * static_cast<size_t>(c.width)) {

@@ -579,8 +579,9 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                       " for ", h.count, " rows of width ", width);
   }
   const bool check_positions = positions == PositionCheck::kNow;
+  // The positions are checked last (after the padding and the bit runs):
+  // the first error is the same whether ParseRows or the reader checks them.
   if (m.encoding == RowEncoding::kCoo || m.encoding == RowEncoding::kCoo32) {
-    if (check_positions) CheckPositions(m, domain_size, server, where);
     if (m.encoding == RowEncoding::kCoo32) {
       const std::byte* pad = m.index + static_cast<size_t>(h.count) * sizeof(uint32_t);
       if (std::any_of(pad, m.values, [](std::byte b) { return b != std::byte{0}; })) {
@@ -588,6 +589,7 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                           ": COO32 padding after the positions is not zero");
       }
     }
+    if (check_positions) CheckPositions(m, domain_size, server, where);
   } else if (m.encoding == RowEncoding::kEliasFano) {
     // Exactly count high bits, none past the high run's bits, the unused
     // low bits zero, and the decoded positions strictly ascending inside
