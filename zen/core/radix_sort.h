@@ -170,100 +170,165 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
 }
 
 // An LSD radix sort of 64-bit words by their bits [shift, shift + bits)
-// (shift + bits <= 64, bits above them zero) for words that arrive in
-// parts: each part's digits are counted by Count as it arrives (while its
-// words are still in cache), so that Sort makes no counting pass; the last
-// pass hands each word to emit(index, word) instead of storing it, so that
-// the caller writes its own output arrays (ids and values, say) with no
-// unpacking pass after. PlanRadix's digits, as SortWordsByBits. Stable. The counters are the object's, kept across uses: a
-// steady state allocates nothing once scratch holds the words.
+// (shift + bits <= 64, bits above them zero; PlanRadix's digits) for words
+// that arrive in parts, e.g. one pull message after another: Add(part)
+// counts every digit of the part's words and, while they are in cache,
+// makes the first pass over them, into the sort's own buffer (the part's
+// words bucketed by the lowest digit: the work of that pass is done while
+// later parts still travel). Sort, after the last part, makes the other
+// passes; the first of them reads every part's bucket 0, then every part's
+// bucket 1, ..., which is the parts' words in the order of the lowest digit
+// (stable: parts in the order added). Its last pass hands each word to
+// emit(index, word) instead of storing it, so that the caller writes its
+// own output arrays (ids and values, say) with no unpacking pass after.
+// With many parts of few words (parts x 2^digit above kMaxBucketStarts) or
+// keys of one digit, Add only counts and copies, and Sort makes every pass.
+// Stable. Buffers and counters are the object's and grow only: a steady
+// state allocates nothing.
 //
 // Usage:
 //   zen::CountedWordSort sort;
-//   sort.Reset(/*shift=*/32, /*bits=*/zen::KeyBits(rows));
-//   for (each arriving part) sort.Count(part);       // words all in `words`
-//   sort.Sort(words, scratch, [&](size_t i, uint64_t w) { ids[i] = w >> 32; });
+//   sort.Reset(/*shift=*/32, /*bits=*/zen::KeyBits(rows), /*parts=*/n);
+//   for (each arriving part) sort.Add(part);
+//   sort.Sort(scratch, [&](size_t i, uint64_t w) { ids[i] = w >> 32; });
 class CountedWordSort {
  public:
-  void Reset(int shift, int bits) {
+  static constexpr size_t kMaxBucketStarts = size_t{1} << 18;
+
+  // Up to `parts` calls of Add follow.
+  void Reset(int shift, int bits, size_t parts) {
     const RadixPlan plan = PlanRadix(bits);
     shift_ = shift;
     passes_ = plan.passes;
     digit_ = plan.digit;
-    counted_ = 0;
-    count_.assign(static_cast<size_t>(passes_) << digit_, 0);
+    total_ = 0;
+    parts_ = 0;
+    max_parts_ = parts;
+    const size_t buckets = size_t{1} << digit_;
+    by_part_ = passes_ > 1 && parts <= kMaxBucketStarts / (buckets + 1);
+    count_.assign(static_cast<size_t>(passes_) * buckets, 0);
+    if (by_part_) {
+      if (starts_.size() < parts * (buckets + 1)) starts_.resize(parts * (buckets + 1));
+      if (cursor_.size() < buckets) cursor_.resize(buckets);
+    }
   }
 
-  void Count(std::span<const uint64_t> words) {
-    const uint64_t mask = (uint64_t{1} << digit_) - 1;
-    size_t* c = count_.data();
+  void Add(std::span<const uint64_t> part) {
+    if (parts_ == max_parts_) {
+      throw InvalidArgument(Where{}, "CountedWordSort: part ", parts_ + 1, " added, ", max_parts_,
+                            " announced by Reset");
+    }
+    const size_t at = total_, m = part.size();
+    if (buffer_.size() < at + m) buffer_.resize(std::max(at + m, buffer_.size() * 2));
     const size_t buckets = size_t{1} << digit_;
-    if (passes_ == 1) {
-      for (const uint64_t x : words) ++c[(x >> shift_) & mask];
-    } else if (passes_ == 2) {
-      const int s1 = shift_ + digit_;
-      for (const uint64_t x : words) {
-        ++c[(x >> shift_) & mask];
-        ++c[buckets + ((x >> s1) & mask)];
-      }
-    } else {
-      for (const uint64_t x : words) {
+    const uint64_t mask = buckets - 1;
+    size_t* c = count_.data();
+    uint64_t* out = buffer_.data() + at;
+    if (!by_part_) {
+      for (size_t i = 0; i < m; ++i) {
+        const uint64_t x = part[i];
         for (int p = 0; p < passes_; ++p) {
           ++c[static_cast<size_t>(p) * buckets + ((x >> (shift_ + p * digit_)) & mask)];
         }
+        out[i] = x;
       }
+    } else {
+      // This part's bucket starts (starts[b], b <= buckets: the end), then
+      // the first pass's scatter into [at, at + m).
+      size_t* starts = starts_.data() + parts_ * (buckets + 1);
+      std::fill_n(starts, buckets + 1, size_t{0});
+      for (const uint64_t x : part) {
+        ++starts[((x >> shift_) & mask) + 1];
+        for (int p = 1; p < passes_; ++p) {
+          ++c[static_cast<size_t>(p) * buckets + ((x >> (shift_ + p * digit_)) & mask)];
+        }
+      }
+      size_t sum = at;
+      for (size_t b = 0; b <= buckets; ++b) {
+        sum += starts[b];
+        starts[b] = sum;
+      }
+      std::copy_n(starts, buckets, cursor_.data());
+      size_t* cur = cursor_.data();
+      for (const uint64_t x : part) buffer_[cur[(x >> shift_) & mask]++] = x;
     }
-    counted_ += words.size();
+    total_ += m;
+    ++parts_;
   }
 
-  // a: the words counted since Reset, in any order. Calls emit(i, word)
-  // once per word, i its index in the sorted order; a itself is left
-  // in an unspecified order.
+  // Sorts the words added since Reset: calls emit(i, word) once per word, i
+  // its index in the sorted order.
   template <typename Emit>
-  void Sort(std::span<uint64_t> a, std::vector<uint64_t>& scratch, Emit&& emit) {
-    const size_t n = a.size();
-    if (n != counted_) {  // the counts would misplace words
-      throw InvalidArgument(Where{}, "CountedWordSort: ", counted_, " words counted, ", n,
-                            " to sort");
-    }
+  void Sort(std::vector<uint64_t>& scratch, Emit&& emit) {
+    const size_t n = total_;
     if (n == 0) return;
     if (scratch.size() < n) scratch.resize(n);
     const size_t buckets = size_t{1} << digit_;
     const uint64_t mask = buckets - 1;
-    // The passes that move words: a digit where every word falls in one
-    // bucket leaves the order as it is.
-    int last = -1;
-    for (int p = 0; p < passes_; ++p) {
+    auto digit_of = [&](uint64_t x, int p) {
+      return static_cast<size_t>((x >> (shift_ + p * digit_)) & mask);
+    };
+    // The passes left: by part, the second always (it puts the parts in
+    // the lowest digit's order); any other only where the words fall in
+    // more than one bucket of its digit.
+    int todo[8];
+    int passes = 0;
+    for (int p = by_part_ ? 1 : 0; p < passes_; ++p) {
       const size_t* c = count_.data() + static_cast<size_t>(p) * buckets;
-      if (c[(a[0] >> (shift_ + p * digit_)) & mask] != n) last = p;
+      if ((by_part_ && p == 1) || c[digit_of(buffer_[0], p)] != n) todo[passes++] = p;
     }
-    std::span<uint64_t> src = a, dst(scratch.data(), n);
-    for (int p = 0; p <= last; ++p) {
+    if (passes == 0) {  // already in order
+      for (size_t i = 0; i < n; ++i) emit(i, buffer_[i]);
+      return;
+    }
+    uint64_t* src = buffer_.data();
+    uint64_t* dst = scratch.data();
+    for (int k = 0; k < passes; ++k) {
+      const int p = todo[k];
       size_t* c = count_.data() + static_cast<size_t>(p) * buckets;
-      if (c[(src[0] >> (shift_ + p * digit_)) & mask] == n) continue;
       size_t sum = 0;
       for (size_t b = 0; b < buckets; ++b) {
-        const size_t k = c[b];
+        const size_t v = c[b];
         c[b] = sum;
-        sum += k;
+        sum += v;
       }
-      const int s = shift_ + p * digit_;
-      if (p == last) {
-        for (const uint64_t x : src) emit(c[(x >> s) & mask]++, x);
-        return;
+      const bool last = k == passes - 1;
+      auto place = [&](uint64_t x) {
+        const size_t at = c[digit_of(x, p)]++;
+        if (last) {
+          emit(at, x);
+        } else {
+          dst[at] = x;
+        }
+      };
+      if (k == 0 && by_part_) {
+        for (size_t b = 0; b < buckets; ++b) {
+          for (size_t q = 0; q < parts_; ++q) {
+            const size_t* starts = starts_.data() + q * (buckets + 1);
+            for (size_t i = starts[b]; i < starts[b + 1]; ++i) place(src[i]);
+          }
+        }
+      } else {
+        for (size_t i = 0; i < n; ++i) place(src[i]);
       }
-      for (const uint64_t x : src) dst[c[(x >> s) & mask]++] = x;
       std::swap(src, dst);
     }
-    for (size_t i = 0; i < n; ++i) emit(i, src[i]);  // no pass moved a word
   }
+
+  size_t size() const { return total_; }
 
  private:
   int shift_ = 0;
   int passes_ = 1;
   int digit_ = 1;
-  size_t counted_ = 0;
-  std::vector<size_t> count_;  // passes_ histograms of 2^digit_ buckets
+  bool by_part_ = false;  // Add makes the first pass
+  size_t total_ = 0;
+  size_t parts_ = 0;
+  size_t max_parts_ = 0;
+  std::vector<size_t> count_;     // passes_ histograms of 2^digit_ buckets
+  std::vector<size_t> starts_;    // by part: each part's 2^digit_ + 1 bucket starts
+  std::vector<size_t> cursor_;    // by part: the first pass's write positions
+  std::vector<uint64_t> buffer_;  // the parts' words
 };
 
 }  // namespace zen

@@ -66,53 +66,48 @@ TEST(SortWordsByBits, MatchesStableSortOnKeyAboveIndexWords) {
   }
 }
 
-// Counted in parts of uneven sizes (as pull messages arrive), every index
-// emitted once, in the stable sort's order: one, two and three passes
-// (12-bit digits: 22 bits are two of 11, 24 two of 12, 25 three of 9), keys
-// of one bucket on a digit (the pass skipped), duplicates, the empty list.
-TEST(PlanRadix, FewestPassesOfDigitsUpTo12BitsThen11) {
-  for (int bits = 1; bits <= 64; ++bits) {
-    const RadixPlan plan = PlanRadix(bits);
-    const int max_digit = bits <= 36 ? 12 : 11;
-    EXPECT_EQ(plan.passes, (bits + max_digit - 1) / max_digit) << bits;
-    EXPECT_GE(plan.passes * plan.digit, bits) << bits;
-    EXPECT_LE(plan.digit, max_digit) << bits;
-    EXPECT_LE(static_cast<size_t>(plan.passes) << plan.digit, kRadixCounters) << bits;
-  }
-  EXPECT_EQ(PlanRadix(22).digit, 11);
-  EXPECT_EQ(PlanRadix(24).passes, 2);
-}
-
+// Added in parts of uneven sizes (as pull messages arrive, empty ones too),
+// every index emitted once, in the stable sort's order: one, two and three
+// passes (22 bits are two digits of 11, 24 two of 12, 25 three of 9), the
+// first pass made by Add (a few parts) or by Sort (more parts than the
+// bucket starts allow), keys of one bucket on a digit, duplicates, none.
 TEST(CountedWordSort, EmitsTheStableSortsOrder) {
   std::mt19937_64 rng(13);
   std::vector<uint64_t> scratch;
   CountedWordSort sort;
-  for (const auto& [n, bits, shift] :
-       {std::tuple{0, 20, 32}, std::tuple{1, 20, 32}, std::tuple{2000, 1, 32},
-        std::tuple{5000, 12, 32}, std::tuple{5000, 13, 32}, std::tuple{300000, 22, 32},
-        std::tuple{100000, 24, 32}, std::tuple{100000, 25, 32}, std::tuple{70000, 32, 32},
-        std::tuple{30000, 20, 0}}) {
-    std::vector<uint64_t> v(static_cast<size_t>(n));
-    const uint64_t bound = uint64_t{1} << bits;
-    const uint64_t payload = shift == 0 ? 0 : (uint64_t{1} << shift) - 1;
-    for (auto& x : v) x = (rng() % bound) << shift | (rng() & payload);
-    const std::vector<uint64_t> want = Reference(v, shift, bits);
-    sort.Reset(shift, bits);
-    for (size_t at = 0; at < v.size();) {
-      const size_t part = std::min(v.size() - at, static_cast<size_t>(rng() % 40000));
-      sort.Count(std::span<const uint64_t>(v).subspan(at, part));
-      at += part;
+  for (const size_t parts : {size_t{1}, size_t{8}, size_t{300}}) {
+    for (const auto& [n, bits, shift] :
+         {std::tuple{0, 20, 32}, std::tuple{1, 20, 32}, std::tuple{2000, 1, 32},
+          std::tuple{5000, 12, 32}, std::tuple{5000, 13, 32}, std::tuple{300000, 22, 32},
+          std::tuple{100000, 24, 32}, std::tuple{100000, 25, 32}, std::tuple{70000, 32, 32},
+          std::tuple{30000, 20, 0}}) {
+      std::vector<uint64_t> v(static_cast<size_t>(n));
+      const uint64_t bound = uint64_t{1} << bits;
+      const uint64_t payload = shift == 0 ? 0 : (uint64_t{1} << shift) - 1;
+      for (auto& x : v) x = (rng() % bound) << shift | (rng() & payload);
+      const std::vector<uint64_t> want = Reference(v, shift, bits);
+      sort.Reset(shift, bits, parts);
+      // Parts of random sizes, the last taking the rest.
+      for (size_t q = 0, at = 0; q < parts; ++q) {
+        const size_t part = q + 1 == parts ? v.size() - at
+                                           : std::min(v.size() - at, static_cast<size_t>(
+                                                                         rng() % (2 * n / parts + 2)));
+        sort.Add(std::span<const uint64_t>(v).subspan(at, part));
+        at += part;
+      }
+      ASSERT_EQ(sort.size(), v.size());
+      std::vector<uint64_t> got(v.size(), ~uint64_t{0});
+      size_t emitted = 0;
+      sort.Sort(scratch, [&](size_t i, uint64_t x) {
+        ASSERT_LT(i, got.size());
+        ASSERT_EQ(got[i], ~uint64_t{0}) << "index " << i << " emitted twice";
+        got[i] = x;
+        ++emitted;
+      });
+      EXPECT_EQ(emitted, v.size());
+      EXPECT_EQ(got, want) << "n " << n << " bits " << bits << " shift " << shift << " parts "
+                           << parts;
     }
-    std::vector<uint64_t> got(v.size(), ~uint64_t{0});
-    size_t emitted = 0;
-    sort.Sort(v, scratch, [&](size_t i, uint64_t x) {
-      ASSERT_LT(i, got.size());
-      ASSERT_EQ(got[i], ~uint64_t{0}) << "index " << i << " emitted twice";
-      got[i] = x;
-      ++emitted;
-    });
-    EXPECT_EQ(emitted, v.size());
-    EXPECT_EQ(got, want) << "n " << n << " bits " << bits << " shift " << shift;
   }
   // Every key in one bucket of the low digit, spread on the high one; then
   // every key equal (no pass moves a word: emitted in input order).
@@ -122,21 +117,26 @@ TEST(CountedWordSort, EmitsTheStableSortsOrder) {
       v[i] = ((7 + step * (rng() % 1000)) % (uint64_t{1} << 22)) << 32 | i;
     }
     const std::vector<uint64_t> want = Reference(v, 32, 22);
-    sort.Reset(32, 22);
-    sort.Count(v);
-    std::vector<uint64_t> got(v.size());
-    sort.Sort(v, scratch, [&](size_t i, uint64_t x) { got[i] = x; });
-    EXPECT_EQ(got, want) << "step " << step;
+    for (const size_t parts : {size_t{1}, size_t{3}}) {
+      sort.Reset(32, 22, parts);
+      for (size_t q = 0; q < parts; ++q) {
+        sort.Add(std::span<const uint64_t>(v).subspan(q * 2000 * (3 / parts),
+                                                      v.size() / parts));
+      }
+      std::vector<uint64_t> got(v.size());
+      sort.Sort(scratch, [&](size_t i, uint64_t x) { got[i] = x; });
+      EXPECT_EQ(got, want) << "step " << step << " parts " << parts;
+    }
   }
 }
 
-TEST(CountedWordSort, WordsNotCountedAreAnError) {
+TEST(CountedWordSort, MorePartsThanAnnouncedAreAnError) {
   CountedWordSort sort;
-  std::vector<uint64_t> v = {3, 1, 2}, scratch;
-  sort.Reset(0, 4);
-  sort.Count(std::span<const uint64_t>(v).first(2));
-  EXPECT_THROW(sort.Sort(v, scratch, [](size_t, uint64_t) {}), InvalidArgument);
+  const std::vector<uint64_t> v = {3, 1, 2};
+  sort.Reset(0, 4, 2);
+  sort.Add(v);
+  sort.Add(v);
+  EXPECT_THROW(sort.Add(v), InvalidArgument);
 }
-
 }  // namespace
 }  // namespace zen

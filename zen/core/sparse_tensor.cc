@@ -102,7 +102,7 @@ SparseTensor SparseTensor::FromSortedUnchecked(int64_t rows, int64_t width,
                                                std::vector<float> values, std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
-#ifndef NDEBUG
+#if !defined(NDEBUG) || defined(ZEN_CHECK_INVARIANTS)
   CheckSortedInRange(ids, rows, name);
 #endif
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));

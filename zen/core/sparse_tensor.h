@@ -58,7 +58,8 @@ class SparseTensor {
   // ids are sorted, unique and in range by construction (a scheme's
   // radix-sorted union of disjoint, validated partitions). The shape and the
   // value count are still checked; ids that break the promise are a bug of
-  // the producer, caught only in debug builds (NDEBUG unset).
+  // the producer, caught only in debug and sanitizer builds (NDEBUG unset,
+  // or ZEN_CHECK_INVARIANTS: ZEN_SANITIZE and ZEN_TSAN define it).
   static SparseTensor FromSortedUnchecked(int64_t rows, int64_t width, std::vector<int64_t> ids,
                                           std::vector<float> values, std::string name = {});
 

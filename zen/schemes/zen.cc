@@ -471,20 +471,20 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
   t0 = Clock::now();
   std::fill(zero.begin(), zero.end(), 0.0f);
   stats_.decode_seconds = Since(t0);
-  // Element-sparse rows are read by AppendElementWords, which checks the
+  // Element-sparse rows are read by ElementWords, which checks the
   // positions as it decodes them (no decoding pass of ParseRows' own).
   Exchange(comm, domains, local.width(), where, on_pulled,
            ElementPath(local) ? PositionCheck::kByReader : PositionCheck::kNow);
   return domains;
 }
 
-std::span<uint64_t> ZenScheme::AppendElementWords(const HashDomains& domains, int server,
-                                                  size_t at, const Where& where) {
+std::span<uint64_t> ZenScheme::ElementWords(const HashDomains& domains, int server,
+                                            const Where& where) {
   const RowsMessage& m = ws_.pulled[static_cast<size_t>(server)];
   const size_t count = static_cast<size_t>(m.count);
   // Grown only, never shrunk: a steady state neither allocates nor zeroes.
-  if (ws_.result_words.size() < at + count) ws_.result_words.resize(at + count);
-  uint64_t* out = ws_.result_words.data() + at;
+  if (ws_.result_words.size() < count) ws_.result_words.resize(count);
+  uint64_t* out = ws_.result_words.data();
   // Keys first (a branch-light pass over the index), then the inverse
   // permutation, batched (RowPermutation::InverseInPlace).
   // The positions are checked on the way (ParseRows left them to this
@@ -496,9 +496,9 @@ std::span<uint64_t> ZenScheme::AppendElementWords(const HashDomains& domains, in
     std::memcpy(&bits, v + i, sizeof(bits));
     *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
   });
-  const std::span<uint64_t> added(ws_.result_words.data() + at, count);
-  domains.owner().IdsOfKeysInPlace(added, 32);
-  return added;
+  const std::span<uint64_t> words(ws_.result_words.data(), count);
+  domains.owner().IdsOfKeysInPlace(words, 32);
+  return words;
 }
 
 SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
@@ -513,18 +513,20 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   // Wider rows below 2^32: one word per row too, the id above the row's
   // index (half the bytes of a KeyItem to sort).
   const bool packed = !element && local.rows() <= (int64_t{1} << 32);
-  if (!element) ws_.result_words.clear();  // the element path writes at offsets, no zeroing
+  // (The element path writes each message's words at the start of
+  // ws_.result_words, never zeroed: see ElementWords.)
+  if (!element) ws_.result_words.clear();
   ws_.order.clear();
   ws_.rows.clear();
-  size_t elements = 0;  // element path: the words appended to ws_.result_words
-  if (element) ws_.result_sort.Reset(32, KeyBits(local.rows()));
+  // Element path: each message's words go to the result's sort as soon as
+  // they are made.
+  if (element) ws_.result_sort.Reset(32, KeyBits(local.rows()), static_cast<size_t>(comm.size()));
   const std::optional<HashDomains> exchanged =
       SparseExchange(comm, local, {}, [&](const HashDomains& domains, int j) {
     if (element) {
-      // The sort's digits are counted while the message's words are in cache.
-      const std::span<const uint64_t> added = AppendElementWords(domains, j, elements, where);
-      ws_.result_sort.Count(added);
-      elements += added.size();
+      // The sort counts the words and makes its first pass over them while
+      // they are in cache, and while later messages still travel.
+      ws_.result_sort.Add(ElementWords(domains, j, where));
       return;
     }
     ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
@@ -543,16 +545,15 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   if (element) {
     // Sorting the words orders the values too; the sort's last pass writes
     // each word's id and value straight into the result (no unpacking pass).
-    ids.resize(elements);
-    values.resize(elements);
+    ids.resize(ws_.result_sort.size());
+    values.resize(ws_.result_sort.size());
     int64_t* id = ids.data();
     float* value = values.data();
-    ws_.result_sort.Sort(std::span(ws_.result_words.data(), elements), ws_.word_scratch,
-                         [&](size_t i, uint64_t x) {
-                           id[i] = static_cast<int64_t>(x >> 32);
-                           const uint32_t bits = static_cast<uint32_t>(x);
-                           std::memcpy(value + i, &bits, sizeof(bits));
-                         });
+    ws_.result_sort.Sort(ws_.word_scratch, [&](size_t i, uint64_t x) {
+      id[i] = static_cast<int64_t>(x >> 32);
+      const uint32_t bits = static_cast<uint32_t>(x);
+      std::memcpy(value + i, &bits, sizeof(bits));
+    });
   } else {
     // The row's index is the payload: each row is copied once, in id order.
     // id_at(i) / row_at(i): the i-th row of the sorted order.
@@ -620,7 +621,7 @@ void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::s
       SparseExchange(comm, local, out, [&](const HashDomains& domains, int j) {
     if (element) {
       float* dst = out.data();
-      for (const uint64_t x : AppendElementWords(domains, j, 0, where)) {
+      for (const uint64_t x : ElementWords(domains, j, where)) {
         const uint32_t bits = static_cast<uint32_t>(x);
         float v;
         std::memcpy(&v, &bits, sizeof(v));

@@ -140,7 +140,7 @@ class ZenScheme final : public Scheme {
     std::vector<const float*> agg_rows;  // the rows those words index
     std::vector<uint64_t> result_words;  // the result's words: (id, value) or (id, row index)
     std::vector<uint64_t> word_scratch;  // their radix sorts
-    CountedWordSort result_sort;         // element path: the result words' sort
+    CountedWordSort result_sort;         // element path: the result's sort, fed per message
     std::vector<const float*> rows;
     RequestList push_requests;  // each collective's requests, from post to finish
     RequestList pull_requests;
@@ -194,13 +194,12 @@ class ZenScheme final : public Scheme {
   // (nothing to exchange).
   std::optional<HashDomains> SparseExchange(Communicator& comm, const SparseTensor& local,
                                             std::span<float> zero, OnPulled on_pulled);
-  // Width 1, rows <= 2^32: writes server's pulled message into
-  // ws_.result_words from index `at` on (growing it if needed), one word per
-  // element, its id above its value's bits; returns the words written.
+  // Width 1, rows <= 2^32: server's pulled message as words at the start of
+  // ws_.result_words (grown if needed, never zeroed), one per element, its
+  // id above its value's bits; returns them (valid until the next call).
   // The message's positions are read with ForEachChecked (SparseExchange
   // parses the pulls of such tensors with PositionCheck::kByReader).
-  std::span<uint64_t> AppendElementWords(const HashDomains& domains, int server, size_t at,
-                                         const Where& where);
+  std::span<uint64_t> ElementWords(const HashDomains& domains, int server, const Where& where);
   // Whether a tensor takes the element path: width 1, rows <= 2^32 (ids
   // and keys fit the high half of a word).
   static bool ElementPath(const SparseTensor& t) {

@@ -815,7 +815,7 @@ class PastTheDomainPullComm final : public Communicator {
 };
 
 // An element-sparse pull's positions are checked by the reader that decodes
-// them (AppendElementWords, ParseRows leaving them to it): a position past
+// them (ElementWords, ParseRows leaving them to it): a position past
 // the server's domain is the same FormatError as when ParseRows checked it,
 // on both output paths. (The corrupting rank is not told: its pull was out
 // before the receiver read it.)
