@@ -234,11 +234,11 @@ void BM_ResultSort(benchmark::State& state) {
   std::vector<uint64_t> words(total), scratch;
   for (uint64_t& w : words) w = (rng() % static_cast<uint64_t>(rows)) << 32 | (rng() & 0xffffffffu);
   std::vector<int64_t> ids(total);
-  CountedWordSort sort;
+  IncrementalWordSort sort;
   double after_last = 0;
   for (auto _ : state) {
     // Announcing more parts than the bucket starts allow makes Add count only.
-    sort.Reset(32, KeyBits(rows), by_part ? kParts : CountedWordSort::kMaxBucketStarts);
+    sort.Reset(32, KeyBits(rows), by_part ? kParts : IncrementalWordSort::kMaxBucketStarts);
     for (size_t q = 0; q < kParts; ++q) {
       sort.Add(std::span<const uint64_t>(words).subspan(q * total / kParts, total / kParts));
     }

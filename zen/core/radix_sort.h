@@ -8,7 +8,7 @@
 // for distinct keys (the only case ZEN has). `scratch` is resized to n and
 // reused by the caller across calls, so steady-state calls do not allocate.
 // The sorts of 64-bit words (a key above a payload: SortWordsByBits,
-// CountedWordSort) take digits of up to 12 bits (PlanRadix).
+// IncrementalWordSort) take digits of up to 12 bits (PlanRadix).
 //
 // Usage:
 //   std::vector<zen::KeyItem> pairs = ..., scratch;
@@ -187,11 +187,11 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
 // state allocates nothing.
 //
 // Usage:
-//   zen::CountedWordSort sort;
+//   zen::IncrementalWordSort sort;
 //   sort.Reset(/*shift=*/32, /*bits=*/zen::KeyBits(rows), /*parts=*/n);
 //   for (each arriving part) sort.Add(part);
 //   sort.Sort(scratch, [&](size_t i, uint64_t w) { ids[i] = w >> 32; });
-class CountedWordSort {
+class IncrementalWordSort {
  public:
   static constexpr size_t kMaxBucketStarts = size_t{1} << 18;
 
@@ -215,7 +215,7 @@ class CountedWordSort {
 
   void Add(std::span<const uint64_t> part) {
     if (parts_ == max_parts_) {
-      throw InvalidArgument(Where{}, "CountedWordSort: part ", parts_ + 1, " added, ", max_parts_,
+      throw InvalidArgument(Where{}, "IncrementalWordSort: part ", parts_ + 1, " added, ", max_parts_,
                             " announced by Reset");
     }
     const size_t at = total_, m = part.size();

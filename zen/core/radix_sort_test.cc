@@ -71,10 +71,10 @@ TEST(SortWordsByBits, MatchesStableSortOnKeyAboveIndexWords) {
 // passes (22 bits are two digits of 11, 24 two of 12, 25 three of 9), the
 // first pass made by Add (a few parts) or by Sort (more parts than the
 // bucket starts allow), keys of one bucket on a digit, duplicates, none.
-TEST(CountedWordSort, EmitsTheStableSortsOrder) {
+TEST(IncrementalWordSort, EmitsTheStableSortsOrder) {
   std::mt19937_64 rng(13);
   std::vector<uint64_t> scratch;
-  CountedWordSort sort;
+  IncrementalWordSort sort;
   for (const size_t parts : {size_t{1}, size_t{8}, size_t{300}}) {
     for (const auto& [n, bits, shift] :
          {std::tuple{0, 20, 32}, std::tuple{1, 20, 32}, std::tuple{2000, 1, 32},
@@ -130,8 +130,8 @@ TEST(CountedWordSort, EmitsTheStableSortsOrder) {
   }
 }
 
-TEST(CountedWordSort, MorePartsThanAnnouncedAreAnError) {
-  CountedWordSort sort;
+TEST(IncrementalWordSort, MorePartsThanAnnouncedAreAnError) {
+  IncrementalWordSort sort;
   const std::vector<uint64_t> v = {3, 1, 2};
   sort.Reset(0, 4, 2);
   sort.Add(v);

@@ -601,8 +601,8 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   stats_.decode_seconds += Since(t0);
   stats_.result_rows = static_cast<int64_t>(ids.size());
   // Sorted and unique by construction (the servers' domains are disjoint and
-  // each message's positions were checked ascending when it was parsed): no
-  // checking pass.
+  // each message's positions were checked strictly ascending, by ParseRows
+  // or as they were read): no checking pass.
   return SparseTensor::FromSortedUnchecked(local.rows(), local.width(), std::move(ids),
                                            std::move(values), local.name());
 }

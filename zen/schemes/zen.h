@@ -140,7 +140,7 @@ class ZenScheme final : public Scheme {
     std::vector<const float*> agg_rows;  // the rows those words index
     std::vector<uint64_t> result_words;  // the result's words: (id, value) or (id, row index)
     std::vector<uint64_t> word_scratch;  // their radix sorts
-    CountedWordSort result_sort;         // element path: the result's sort, fed per message
+    IncrementalWordSort result_sort;         // element path: the result's sort, fed per message
     std::vector<const float*> rows;
     RequestList push_requests;  // each collective's requests, from post to finish
     RequestList pull_requests;
