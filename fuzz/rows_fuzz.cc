@@ -36,7 +36,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     zen::DecodeRows(msg, dsize, c.server, c.width, zen::Where{0, "fuzz"}, got);
   } catch (const zen::FormatError& e) {
-    if (by_reader != e.what()) zen::fuzz::Fail("the reader's check differs from ParseRows': " + by_reader + " / " + e.what());
+    if (by_reader != e.what()) {
+      zen::fuzz::Fail("the reader's check differs from ParseRows': " + by_reader + " / " +
+                      e.what());
+    }
     return 0;
   }
   if (!by_reader.empty()) zen::fuzz::Fail("the reader's check rejects a valid message");

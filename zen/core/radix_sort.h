@@ -215,8 +215,8 @@ class IncrementalWordSort {
 
   void Add(std::span<const uint64_t> part) {
     if (parts_ == max_parts_) {
-      throw InvalidArgument(Where{}, "IncrementalWordSort: part ", parts_ + 1, " added, ", max_parts_,
-                            " announced by Reset");
+      throw InvalidArgument(Where{}, "IncrementalWordSort: part ", parts_ + 1, " added, ",
+                            max_parts_, " announced by Reset");
     }
     const size_t at = total_, m = part.size();
     if (buffer_.size() < at + m) buffer_.resize(std::max(at + m, buffer_.size() * 2));

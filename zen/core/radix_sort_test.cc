@@ -89,9 +89,8 @@ TEST(IncrementalWordSort, EmitsTheStableSortsOrder) {
       sort.Reset(shift, bits, parts);
       // Parts of random sizes, the last taking the rest.
       for (size_t q = 0, at = 0; q < parts; ++q) {
-        const size_t part = q + 1 == parts ? v.size() - at
-                                           : std::min(v.size() - at, static_cast<size_t>(
-                                                                         rng() % (2 * n / parts + 2)));
+        const size_t random = static_cast<size_t>(rng() % (2 * n / parts + 2));
+        const size_t part = q + 1 == parts ? v.size() - at : std::min(v.size() - at, random);
         sort.Add(std::span<const uint64_t>(v).subspan(at, part));
         at += part;
       }
