@@ -181,8 +181,9 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
 // (stable: parts in the order added). Its last pass hands each word to
 // emit(index, word) instead of storing it, so that the caller writes its
 // own output arrays (ids and values, say) with no unpacking pass after.
-// With many parts of few words (parts x 2^digit above kMaxBucketStarts) or
-// keys of one digit, Add only counts and copies, and Sort makes every pass.
+// With many parts (parts x 2^digit above kMaxBucketStarts), parts of few
+// words (the first below 2^digit / 4) or keys of one digit, Add only counts
+// and copies, and Sort makes every pass.
 // Stable. Buffers and counters are the object's and grow only: a steady
 // state allocates nothing.
 //
@@ -221,6 +222,9 @@ class IncrementalWordSort {
     const size_t at = total_, m = part.size();
     if (buffer_.size() < at + m) buffer_.resize(std::max(at + m, buffer_.size() * 2));
     const size_t buckets = size_t{1} << digit_;
+    // Parts of fewer words than a quarter of the buckets (judged by the
+    // first) would leave Sort visiting more empty bucket starts than words.
+    if (parts_ == 0 && by_part_ && 4 * m < buckets) by_part_ = false;
     const uint64_t mask = buckets - 1;
     size_t* c = count_.data();
     uint64_t* out = buffer_.data() + at;

@@ -69,8 +69,9 @@ TEST(SortWordsByBits, MatchesStableSortOnKeyAboveIndexWords) {
 // Added in parts of uneven sizes (as pull messages arrive, empty ones too),
 // every index emitted once, in the stable sort's order: one, two and three
 // passes (22 bits are two digits of 11, 24 two of 12, 25 three of 9), the
-// first pass made by Add (a few parts) or by Sort (more parts than the
-// bucket starts allow), keys of one bucket on a digit, duplicates, none.
+// first pass made by Add (a few parts of many words) or by Sort (more parts
+// than the bucket starts allow, or a first part of few words), keys of one
+// bucket on a digit, duplicates, none.
 TEST(IncrementalWordSort, EmitsTheStableSortsOrder) {
   std::mt19937_64 rng(13);
   std::vector<uint64_t> scratch;
