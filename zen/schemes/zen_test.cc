@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -707,18 +708,19 @@ TEST_F(ZenZipfWorkload, VolumeMatchesEquationOneAgsparseAndLowerBound) {
 
 // ---- A rank that fails inside the exchange: every rank raises at once ----
 
-// Forwards to `inner`; with `empty_rows` set, every zen rows message ("ZENR"
-// header) this rank sends goes out empty, which is what a rank that failed
-// inside the exchange sends in the rounds it has not sent yet.
-class EmptyRowsComm final : public Communicator {
+// Forwards to `inner`; each send's bytes first go through `rewrite(peer,
+// bytes)`, which returns the bytes to send (the rewriter keeps them alive
+// until the sends complete).
+class RewritingComm final : public Communicator {
  public:
-  EmptyRowsComm(Communicator& inner, bool empty_rows)
+  using Rewrite =
+      std::function<std::span<const std::byte>(int peer, std::span<const std::byte> data)>;
+  RewritingComm(Communicator& inner, Rewrite rewrite)
       : Communicator(inner.rank(), inner.size(), inner.timeout()),
         inner_(inner),
-        empty_rows_(empty_rows) {}
+        rewrite_(std::move(rewrite)) {}
   std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
-    const bool rows = data.size() >= 4 && std::memcmp(data.data(), "ZENR", 4) == 0;
-    return inner_.Send(peer, tag, empty_rows_ && rows ? std::span<const std::byte>() : data);
+    return inner_.Send(peer, tag, rewrite_(peer, data));
   }
   std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
     return inner_.Recv(peer, tag, data);
@@ -730,8 +732,13 @@ class EmptyRowsComm final : public Communicator {
 
  private:
   Communicator& inner_;
-  bool empty_rows_;
+  Rewrite rewrite_;
 };
+
+// Whether bytes are a zen rows message ("ZENR" header).
+bool IsRowsMessage(std::span<const std::byte> data) {
+  return data.size() >= kRowHeaderBytes && std::memcmp(data.data(), "ZENR", 4) == 0;
+}
 
 // Rank 1's push arrives empty: rank 0 raises naming rank 1, and its empty
 // pull message makes rank 1 raise too, both long before the 20 s timeout
@@ -750,7 +757,12 @@ TEST(Zen, APeerThatFailsInsideTheExchangeMakesEveryRankRaiseAtOnce) {
     testing::RunRanks(
         backend, 2,
         [&](Communicator& inner) {
-          EmptyRowsComm comm(inner, /*empty_rows=*/inner.rank() == 1);
+          // Rank 1's rows messages go out empty, which is what a rank that
+          // failed inside the exchange sends in the rounds it has not sent yet.
+          const bool empty_rows = inner.rank() == 1;
+          RewritingComm comm(inner, [&](int, std::span<const std::byte> data) {
+            return empty_rows && IsRowsMessage(data) ? std::span<const std::byte>() : data;
+          });
           ZenScheme scheme;
           try {
             scheme.Sync(comm, GenerateSyntheticRank(spec, comm.rank()));
@@ -768,51 +780,23 @@ TEST(Zen, APeerThatFailsInsideTheExchangeMakesEveryRankRaiseAtOnce) {
   }
 }
 
-// Forwards to `inner`; the second zen rows message sent to each peer in a
-// call (the pull: the push goes first), when it is Elias-Fano, leaves with
-// its last row's high bit moved to the last bit of the high run: the popcount
-// and the tail bits stay valid, the last position lands past the server's
-// domain. Counts what it corrupted.
-class PastTheDomainPullComm final : public Communicator {
- public:
-  explicit PastTheDomainPullComm(Communicator& inner)
-      : Communicator(inner.rank(), inner.size(), inner.timeout()), inner_(inner),
-        sent_(static_cast<size_t>(inner.size()), 0) {}
-  std::unique_ptr<Request> Send(int peer, Tag tag, std::span<const std::byte> data) override {
-    const bool rows = data.size() >= kRowHeaderBytes && std::memcmp(data.data(), "ZENR", 4) == 0;
-    if (!rows || ++sent_[static_cast<size_t>(peer)] != 2 ||
-        static_cast<RowEncoding>(data[5]) != RowEncoding::kEliasFano) {
-      return inner_.Send(peer, tag, data);
-    }
-    int64_t count = 0, domain = 0;
-    std::memcpy(&count, data.data() + 8, sizeof(count));
-    std::memcpy(&domain, data.data() + 24, sizeof(domain));
-    const int l = EliasFanoLowBits(domain, count);
-    const size_t low_words = (static_cast<size_t>(count) * static_cast<size_t>(l) + 63) / 64;
-    const size_t high_bits = static_cast<size_t>(count + ((domain - 1) >> l) + 1);
-    std::vector<std::byte>& m = corrupted_.emplace_back(data.begin(), data.end());
-    std::byte* high = m.data() + kRowHeaderBytes + low_words * sizeof(uint64_t);
-    auto bit = [&](size_t b) { return (std::to_integer<int>(high[b / 8]) >> (b % 8)) & 1; };
-    size_t last = high_bits;
-    while (last > 0 && !bit(last - 1)) --last;
-    high[(last - 1) / 8] &= ~std::byte(1u << ((last - 1) % 8));
-    high[(high_bits - 1) / 8] |= std::byte(1u << ((high_bits - 1) % 8));
-    return inner_.Send(peer, tag, m);
-  }
-  std::unique_ptr<Request> Recv(int peer, Tag tag, std::span<std::byte> data) override {
-    return inner_.Recv(peer, tag, data);
-  }
-  std::unique_ptr<Request> RecvUpTo(int peer, Tag tag, ByteBuffer& out,
-                                    int64_t max_bytes) override {
-    return inner_.RecvUpTo(peer, tag, out, max_bytes);
-  }
-  size_t corrupted() const { return corrupted_.size(); }
-
- private:
-  Communicator& inner_;
-  std::vector<int> sent_;
-  std::deque<std::vector<std::byte>> corrupted_;  // alive until the sends complete
-};
+// An Elias-Fano rows message with its last row's high bit moved to the
+// last bit of the high run: the popcount and the tail bits stay valid, the
+// last position lands past the server's domain.
+void MoveLastPositionPastTheDomain(std::vector<std::byte>& m) {
+  int64_t count = 0, domain = 0;
+  std::memcpy(&count, m.data() + 8, sizeof(count));
+  std::memcpy(&domain, m.data() + 24, sizeof(domain));
+  const int l = EliasFanoLowBits(domain, count);
+  const size_t low_words = (static_cast<size_t>(count) * static_cast<size_t>(l) + 63) / 64;
+  const size_t high_bits = static_cast<size_t>(count + ((domain - 1) >> l) + 1);
+  std::byte* high = m.data() + kRowHeaderBytes + low_words * sizeof(uint64_t);
+  auto bit = [&](size_t b) { return (std::to_integer<int>(high[b / 8]) >> (b % 8)) & 1; };
+  size_t last = high_bits;
+  while (last > 0 && !bit(last - 1)) --last;
+  high[(last - 1) / 8] &= ~std::byte(1u << ((last - 1) % 8));
+  high[(high_bits - 1) / 8] |= std::byte(1u << ((high_bits - 1) % 8));
+}
 
 // An element-sparse pull's positions are checked by the reader that decodes
 // them (ElementWords, ParseRows leaving them to it): a position past
@@ -848,10 +832,22 @@ TEST(Zen, ElementPullPositionsAreCheckedByTheirReader) {
             }
             return;
           }
-          PastTheDomainPullComm comm(inner);
+          // The second rows message to each peer in the call (the pull: the
+          // push goes first), when it is Elias-Fano, leaves corrupted.
+          std::vector<int> sent(static_cast<size_t>(inner.size()), 0);
+          std::deque<std::vector<std::byte>> kept;  // alive until the sends complete
+          RewritingComm comm(inner, [&](int peer, std::span<const std::byte> data) {
+            if (!IsRowsMessage(data) || ++sent[static_cast<size_t>(peer)] != 2 ||
+                static_cast<RowEncoding>(data[5]) != RowEncoding::kEliasFano) {
+              return data;
+            }
+            std::vector<std::byte>& m = kept.emplace_back(data.begin(), data.end());
+            MoveLastPositionPastTheDomain(m);
+            return std::span<const std::byte>(m);
+          });
           scheme.Sync(comm, local);
           std::lock_guard lock(mu);
-          corrupted = comm.corrupted();
+          corrupted = kept.size();
         },
         std::chrono::seconds(20));
     EXPECT_EQ(corrupted, 1u) << "the pull was not Elias-Fano";
