@@ -16,11 +16,13 @@
 //                      ns per row, at a pull's (37.5k of 512.5k positions)
 //                      and a push's (5.1k) density for 4.1M rows, 8 ranks
 //   BM_ResultSort      the element path's sort of a result (8 pull messages
-//                      of (id, value) words, 212k or 400k in all, of 4.1M or
-//                      10M rows) with the first pass made as each message
-//                      is added (by_part 1) or after the last (0): ms in all
-//                      and ms after the last message (what a receiver waits
-//                      for once its last pull is in)
+//                      of (id, value) words, distinct ids, 212k or 400k in
+//                      all, of 4.1M or 10M rows), writing ids and values:
+//                      bucketed as each message is added and ranked by
+//                      bucket (by_bucket 1), or the LSD radix sort after
+//                      the last message (0): ms in all and ms after the
+//                      last message (what a receiver waits for once its
+//                      last pull is in)
 // Arguments: partitioner (0 counting, 1 hierarchical), density in 1/10000,
 // shape (0: 4M x 1, 1: 128K x 32), threads. 8 servers. Steady state: two
 // warm-up calls precede the timed loop. On a shared machine, compare CPU
@@ -33,6 +35,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -228,22 +231,33 @@ void BM_RowIndex(benchmark::State& state) {
 void BM_ResultSort(benchmark::State& state) {
   const int64_t rows = state.range(0);
   const size_t total = static_cast<size_t>(state.range(1));
-  const bool by_part = state.range(2) == 1;
+  const bool by_bucket = state.range(2) == 1;
   constexpr size_t kParts = 8;
   std::mt19937_64 rng(5);
+  // Distinct ids (a pull's union is), at random, each above a value's bits.
+  std::vector<uint32_t> pool(static_cast<size_t>(rows));
+  std::iota(pool.begin(), pool.end(), uint32_t{0});
   std::vector<uint64_t> words(total), scratch;
-  for (uint64_t& w : words) w = (rng() % static_cast<uint64_t>(rows)) << 32 | (rng() & 0xffffffffu);
+  for (size_t i = 0; i < total; ++i) {
+    std::swap(pool[i], pool[i + static_cast<size_t>(rng() % (pool.size() - i))]);
+    words[i] = uint64_t{pool[i]} << 32 | (rng() & 0xffffffffu);
+  }
   std::vector<int64_t> ids(total);
+  std::vector<float> values(total);
   IncrementalWordSort sort;
   double after_last = 0;
   for (auto _ : state) {
-    // Announcing more parts than the bucket starts allow makes Add count only.
-    sort.Reset(32, KeyBits(rows), by_part ? kParts : IncrementalWordSort::kMaxBucketStarts);
+    // Announcing more parts than the bucket starts allow takes the LSD path.
+    sort.Reset(32, KeyBits(rows), by_bucket ? kParts : IncrementalWordSort::kMaxBucketStarts);
     for (size_t q = 0; q < kParts; ++q) {
       sort.Add(std::span<const uint64_t>(words).subspan(q * total / kParts, total / kParts));
     }
     const auto t0 = std::chrono::steady_clock::now();
-    sort.Sort(scratch, [&](size_t i, uint64_t x) { ids[i] = static_cast<int64_t>(x >> 32); });
+    sort.Sort(scratch, [&](size_t i, uint64_t x) {
+      ids[i] = static_cast<int64_t>(x >> 32);
+      const uint32_t bits = static_cast<uint32_t>(x);
+      std::memcpy(&values[i], &bits, sizeof(bits));
+    });
     after_last += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     benchmark::DoNotOptimize(ids.data());
   }
@@ -256,7 +270,7 @@ BENCHMARK(BM_ResultSort)
     ->Args({4100000, 212680, 1})
     ->Args({10000000, 400000, 0})
     ->Args({10000000, 400000, 1})
-    ->ArgNames({"rows", "words", "by_part"})
+    ->ArgNames({"rows", "words", "by_bucket"})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RowIndex)
     ->ArgsProduct({{512500}, {37500, 5100}, {0, 1, 2}, {0, 1, 2}})

@@ -8,7 +8,9 @@
 // for distinct keys (the only case ZEN has). `scratch` is resized to n and
 // reused by the caller across calls, so steady-state calls do not allocate.
 // The sorts of 64-bit words (a key above a payload: SortWordsByBits,
-// IncrementalWordSort) take digits of up to 12 bits (PlanRadix).
+// IncrementalWordSort's LSD path) take digits of up to 12 bits (PlanRadix);
+// IncrementalWordSort sorts keys of 13 to 26 bits by buckets of their high
+// bits, each ranked in cache by a bitmap of its low bits.
 //
 // Usage:
 //   std::vector<zen::KeyItem> pairs = ..., scratch;
@@ -169,22 +171,47 @@ inline void SortWordsByBits(std::span<uint64_t> a, std::vector<uint64_t>& scratc
   if (src.data() != a.data()) std::copy(src.begin(), src.end(), a.begin());
 }
 
-// An LSD radix sort of 64-bit words by their bits [shift, shift + bits)
-// (shift + bits <= 64, bits above them zero; PlanRadix's digits) for words
-// that arrive in parts, e.g. one pull message after another: Add(part)
-// counts every digit of the part's words and, while they are in cache,
-// makes the first pass over them, into the sort's own buffer (the part's
-// words bucketed by the lowest digit: the work of that pass is done while
-// later parts still travel). Sort, after the last part, makes the other
-// passes; the first of them reads every part's bucket 0, then every part's
-// bucket 1, ..., which is the parts' words in the order of the lowest digit
-// (stable: parts in the order added). Its last pass hands each word to
+namespace radix_internal {
+// IncrementalWordSort's words by bucket: part q's words of bucket b lie in
+// buffer[starts[q * stride + b], starts[q * stride + b + 1]).
+struct Buckets {
+  const uint64_t* buffer;
+  const size_t* starts;
+  size_t stride;
+  size_t parts;
+  int shift;  // the key's lowest bit
+  int low;    // the key bits below the bucket's
+  uint64_t* bitmap;  // 2^low bits (at least a word), zeroed, left zeroed
+  size_t bitmap_words;
+  size_t* prefix;  // bitmap_words of them
+  std::vector<uint64_t>* merge_scratch;
+};
+// Writes bucket b's words to out in the stable order of their low key bits;
+// returns how many. In radix_sort.cc (popcnt chosen at run time).
+size_t SortBucket(const Buckets& buckets, size_t b, uint64_t* out);
+}  // namespace radix_internal
+
+// An ascending sort of 64-bit words by their bits [shift, shift + bits)
+// (shift + bits <= 64, bits above them zero) for words that arrive in
+// parts, e.g. one pull message after another. Sort then hands each word to
 // emit(index, word) instead of storing it, so that the caller writes its
 // own output arrays (ids and values, say) with no unpacking pass after.
-// With many parts (parts x 2^digit above kMaxBucketStarts), parts of few
-// words (the first below 2^digit / 4) or keys of one digit, Add only counts
-// and copies, and Sort makes every pass.
-// Stable. Buffers and counters are the object's and grow only: a steady
+//
+// Keys of 13 to 26 bits (an element-sparse tensor of 4097 to 2^26 rows) are
+// sorted by bucket: Add(part) scatters the part's words, while they are in
+// cache and later parts still travel, into 2^hi buckets of the high hi bits
+// (hi = min(12, bits / 2)). Sort then takes one bucket after another (every
+// part's words of it; they lie in a window of the output of that bucket's
+// size) and ranks them by their low bits in cache: where the keys are
+// distinct (zen's pulled ids are) and the bucket not sparse, a bitmap of its
+// low bits and a prefix of popcounts give each word its index, so that the
+// writes of the output stay in a window of a few hundred words instead of
+// scattering over all of it as an LSD pass's would; buckets of few words,
+// sparse ones and ones with a repeated key are sorted by insertion or merge
+// sort. Other keys (and parts too many or too small for 2^hi bucket starts
+// each) take an LSD radix sort (PlanRadix's digits): Add counts every digit
+// and copies, Sort makes the passes, the last one emitting.
+// Stable for any keys. Buffers are the object's and grow only: a steady
 // state allocates nothing.
 //
 // Usage:
@@ -198,19 +225,26 @@ class IncrementalWordSort {
 
   // Up to `parts` calls of Add follow.
   void Reset(int shift, int bits, size_t parts) {
+    bits = std::clamp(bits, 1, 64);
     const RadixPlan plan = PlanRadix(bits);
     shift_ = shift;
     passes_ = plan.passes;
     digit_ = plan.digit;
+    high_ = std::min(12, bits / 2);
+    low_ = bits - high_;
     total_ = 0;
     parts_ = 0;
     max_parts_ = parts;
-    const size_t buckets = size_t{1} << digit_;
-    by_part_ = passes_ > 1 && parts <= kMaxBucketStarts / (buckets + 1);
-    count_.assign(static_cast<size_t>(passes_) * buckets, 0);
-    if (by_part_) {
+    const size_t buckets = size_t{1} << high_;
+    by_bucket_ = bits > 12 && bits <= 26 && parts <= kMaxBucketStarts / (buckets + 1);
+    if (by_bucket_) {
       if (starts_.size() < parts * (buckets + 1)) starts_.resize(parts * (buckets + 1));
       if (cursor_.size() < buckets) cursor_.resize(buckets);
+      const size_t words = std::max<size_t>(1, (size_t{1} << low_) / 64);
+      bitmap_.assign(words, 0);
+      if (prefix_.size() < words) prefix_.resize(words);
+    } else {
+      count_.assign(static_cast<size_t>(passes_) << digit_, 0);
     }
   }
 
@@ -221,32 +255,21 @@ class IncrementalWordSort {
     }
     const size_t at = total_, m = part.size();
     if (buffer_.size() < at + m) buffer_.resize(std::max(at + m, buffer_.size() * 2));
-    const size_t buckets = size_t{1} << digit_;
     // Parts of fewer words than a quarter of the buckets (judged by the
     // first) would leave Sort visiting more empty bucket starts than words.
-    if (parts_ == 0 && by_part_ && 4 * m < buckets) by_part_ = false;
-    const uint64_t mask = buckets - 1;
-    size_t* c = count_.data();
-    uint64_t* out = buffer_.data() + at;
-    if (!by_part_) {
-      for (size_t i = 0; i < m; ++i) {
-        const uint64_t x = part[i];
-        for (int p = 0; p < passes_; ++p) {
-          ++c[static_cast<size_t>(p) * buckets + ((x >> (shift_ + p * digit_)) & mask)];
-        }
-        out[i] = x;
-      }
-    } else {
+    if (parts_ == 0 && by_bucket_ && 4 * m < (size_t{1} << high_)) {
+      by_bucket_ = false;
+      count_.assign(static_cast<size_t>(passes_) << digit_, 0);
+    }
+    if (by_bucket_) {
       // This part's bucket starts (starts[b], b <= buckets: the end), then
-      // the first pass's scatter into [at, at + m).
+      // its words scattered into [at, at + m) by bucket.
+      const size_t buckets = size_t{1} << high_;
+      const uint64_t mask = buckets - 1;
+      const int s = shift_ + low_;
       size_t* starts = starts_.data() + parts_ * (buckets + 1);
       std::fill_n(starts, buckets + 1, size_t{0});
-      for (const uint64_t x : part) {
-        ++starts[((x >> shift_) & mask) + 1];
-        for (int p = 1; p < passes_; ++p) {
-          ++c[static_cast<size_t>(p) * buckets + ((x >> (shift_ + p * digit_)) & mask)];
-        }
-      }
+      for (const uint64_t x : part) ++starts[((x >> s) & mask) + 1];
       size_t sum = at;
       for (size_t b = 0; b <= buckets; ++b) {
         sum += starts[b];
@@ -254,39 +277,80 @@ class IncrementalWordSort {
       }
       std::copy_n(starts, buckets, cursor_.data());
       size_t* cur = cursor_.data();
-      for (const uint64_t x : part) buffer_[cur[(x >> shift_) & mask]++] = x;
+      uint64_t* out = buffer_.data();
+      for (const uint64_t x : part) out[cur[(x >> s) & mask]++] = x;
+    } else {
+      const size_t buckets = size_t{1} << digit_;
+      const uint64_t mask = buckets - 1;
+      size_t* c = count_.data();
+      uint64_t* out = buffer_.data() + at;
+      for (size_t i = 0; i < m; ++i) {
+        const uint64_t x = part[i];
+        for (int p = 0; p < passes_; ++p) {
+          ++c[static_cast<size_t>(p) * buckets + ((x >> (shift_ + p * digit_)) & mask)];
+        }
+        out[i] = x;
+      }
     }
     total_ += m;
     ++parts_;
   }
 
   // Sorts the words added since Reset: calls emit(i, word) once per word, i
-  // its index in the sorted order.
+  // its index in the sorted order (not necessarily in increasing order).
   template <typename Emit>
   void Sort(std::vector<uint64_t>& scratch, Emit&& emit) {
     const size_t n = total_;
     if (n == 0) return;
     if (scratch.size() < n) scratch.resize(n);
+    if (by_bucket_) {
+      SortByBucket(scratch.data(), emit);
+    } else {
+      SortByDigits(scratch.data(), emit);
+    }
+  }
+
+  size_t size() const { return total_; }
+
+ private:
+  template <typename Emit>
+  void SortByBucket(uint64_t* scratch, Emit& emit) {
+    const size_t buckets = size_t{1} << high_;
+    const radix_internal::Buckets layout{buffer_.data(), starts_.data(), buckets + 1, parts_,
+                                         shift_, low_, bitmap_.data(), bitmap_.size(),
+                                         prefix_.data(), &merge_scratch_};
+    size_t base = 0;  // the bucket's first index in the output
+    for (size_t b = 0; b < buckets; ++b) {
+      // Sorted into the output's window of the bucket (in cache), then handed on.
+      uint64_t* out = scratch + base;
+      const size_t m = radix_internal::SortBucket(layout, b, out);
+      for (size_t i = 0; i < m; ++i) emit(base + i, out[i]);
+      base += m;
+    }
+  }
+
+  template <typename Emit>
+  void SortByDigits(uint64_t* scratch, Emit& emit) {
+    const size_t n = total_;
     const size_t buckets = size_t{1} << digit_;
     const uint64_t mask = buckets - 1;
     auto digit_of = [&](uint64_t x, int p) {
       return static_cast<size_t>((x >> (shift_ + p * digit_)) & mask);
     };
-    // The passes left: by part, the second always (it puts the parts in
-    // the lowest digit's order); any other only where the words fall in
-    // more than one bucket of its digit.
+    // The passes to make: those of a digit on which the words fall in more
+    // than one bucket.
     int todo[8];
     int passes = 0;
-    for (int p = by_part_ ? 1 : 0; p < passes_; ++p) {
+    for (int p = 0; p < passes_; ++p) {
       const size_t* c = count_.data() + static_cast<size_t>(p) * buckets;
-      if ((by_part_ && p == 1) || c[digit_of(buffer_[0], p)] != n) todo[passes++] = p;
+      if (c[digit_of(buffer_[0], p)] != n) todo[passes++] = p;
     }
     if (passes == 0) {  // already in order
       for (size_t i = 0; i < n; ++i) emit(i, buffer_[i]);
       return;
     }
     uint64_t* src = buffer_.data();
-    uint64_t* dst = scratch.data();
+    uint64_t* dst = scratch;
     for (int k = 0; k < passes; ++k) {
       const int p = todo[k];
       size_t* c = count_.data() + static_cast<size_t>(p) * buckets;
@@ -296,43 +360,31 @@ class IncrementalWordSort {
         c[b] = sum;
         sum += v;
       }
-      const bool last = k == passes - 1;
-      auto place = [&](uint64_t x) {
-        const size_t at = c[digit_of(x, p)]++;
-        if (last) {
-          emit(at, x);
-        } else {
-          dst[at] = x;
-        }
-      };
-      if (k == 0 && by_part_) {
-        for (size_t b = 0; b < buckets; ++b) {
-          for (size_t q = 0; q < parts_; ++q) {
-            const size_t* starts = starts_.data() + q * (buckets + 1);
-            for (size_t i = starts[b]; i < starts[b + 1]; ++i) place(src[i]);
-          }
-        }
+      if (k == passes - 1) {
+        for (size_t i = 0; i < n; ++i) emit(c[digit_of(src[i], p)]++, src[i]);
       } else {
-        for (size_t i = 0; i < n; ++i) place(src[i]);
+        for (size_t i = 0; i < n; ++i) dst[c[digit_of(src[i], p)]++] = src[i];
       }
       std::swap(src, dst);
     }
   }
 
-  size_t size() const { return total_; }
-
- private:
   int shift_ = 0;
   int passes_ = 1;
   int digit_ = 1;
-  bool by_part_ = false;  // Add makes the first pass
+  int high_ = 0;  // by bucket: the bits Add buckets by
+  int low_ = 1;   // by bucket: the bits Sort ranks by
+  bool by_bucket_ = false;
   size_t total_ = 0;
   size_t parts_ = 0;
   size_t max_parts_ = 0;
-  std::vector<size_t> count_;     // passes_ histograms of 2^digit_ buckets
-  std::vector<size_t> starts_;    // by part: each part's 2^digit_ + 1 bucket starts
-  std::vector<size_t> cursor_;    // by part: the first pass's write positions
-  std::vector<uint64_t> buffer_;  // the parts' words
+  std::vector<size_t> count_;           // by digits: passes_ histograms of 2^digit_ buckets
+  std::vector<size_t> starts_;          // by bucket: each part's 2^high_ + 1 bucket starts
+  std::vector<size_t> cursor_;          // by bucket: Add's write positions
+  std::vector<uint64_t> bitmap_;        // by bucket: the low bits of a bucket's keys, zeroed
+  std::vector<size_t> prefix_;          // by bucket: the output index of each bitmap word
+  std::vector<uint64_t> merge_scratch_;  // by bucket: StableSortWordsByMask's
+  std::vector<uint64_t> buffer_;        // the parts' words
 };
 
 }  // namespace zen

@@ -130,6 +130,48 @@ TEST(IncrementalWordSort, EmitsTheStableSortsOrder) {
   }
 }
 
+// Distinct keys (zen's pulled ids), the case the bitmap ranks: keys of 13
+// to 26 bits (every width that sorts by bucket), buckets of a few words
+// (insertion), of many (bitmap), sparse for their bitmap (merge sort), and
+// the same keys with one repeated (its bucket merge sorted, stably), in one
+// part and in eight.
+TEST(IncrementalWordSort, DistinctKeysRankedByBucket) {
+  std::mt19937_64 rng(17);
+  std::vector<uint64_t> scratch;
+  IncrementalWordSort sort;
+  for (const int bits : {13, 16, 22, 24, 26}) {
+    const uint64_t bound = uint64_t{1} << bits;
+    const int high = std::min(12, bits / 2);
+    const size_t buckets = size_t{1} << high;
+    // About 3, 20 and 300 words a bucket.
+    for (const size_t per_bucket : {size_t{3}, size_t{20}, size_t{300}}) {
+      const size_t n = std::min<size_t>(per_bucket * buckets, bound / 2);
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 0; k < bound && keys.size() < n; k += 1 + rng() % (bound / n)) {
+        keys.push_back(k);
+      }
+      std::shuffle(keys.begin(), keys.end(), rng);
+      for (const bool repeat : {false, true}) {
+        std::vector<uint64_t> v(keys.size());
+        for (size_t i = 0; i < v.size(); ++i) v[i] = keys[i] << 32 | i;
+        if (repeat) v.back() = keys[v.size() / 2] << 32 | (v.size() - 1);
+        const std::vector<uint64_t> want = Reference(v, 32, bits);
+        for (const size_t parts : {size_t{1}, size_t{8}}) {
+          sort.Reset(32, bits, parts);
+          for (size_t q = 0; q < parts; ++q) {
+            const size_t at = q * v.size() / parts, end = (q + 1) * v.size() / parts;
+            sort.Add(std::span<const uint64_t>(v).subspan(at, end - at));
+          }
+          std::vector<uint64_t> got(v.size(), ~uint64_t{0});
+          sort.Sort(scratch, [&](size_t i, uint64_t x) { got[i] = x; });
+          EXPECT_EQ(got, want) << "bits " << bits << " n " << v.size() << " repeat " << repeat
+                               << " parts " << parts;
+        }
+      }
+    }
+  }
+}
+
 TEST(IncrementalWordSort, MorePartsThanAnnouncedAreAnError) {
   IncrementalWordSort sort;
   const std::vector<uint64_t> v = {3, 1, 2};
