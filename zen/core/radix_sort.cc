@@ -40,7 +40,7 @@ size_t SortBucket(const Buckets& k, size_t b, uint64_t* out) {
   }
   uint64_t* bitmap = k.bitmap;
   const size_t words = k.bitmap_words;
-  if (words <= 4 * m) {
+  if (words != 0 && words <= 4 * m) {
     // Distinct keys take their index from a bitmap of the keys and a prefix
     // of its popcounts; a key marked twice leaves the bucket to the merge
     // sort below.

@@ -181,8 +181,8 @@ struct Buckets {
   size_t parts;
   int shift;  // the key's lowest bit
   int low;    // the key bits below the bucket's
-  uint64_t* bitmap;  // 2^low bits (at least a word), zeroed, left zeroed
-  size_t bitmap_words;
+  uint64_t* bitmap;  // 2^low bits (at least a word), zeroed, left zeroed; or none
+  size_t bitmap_words;  // 0: no bitmap (sparse keys)
   size_t* prefix;  // bitmap_words of them
   std::vector<uint64_t>* merge_scratch;
 };
@@ -199,18 +199,20 @@ size_t SortBucket(const Buckets& buckets, size_t b, uint64_t* out);
 //
 // Keys of 13 to 26 bits (an element-sparse tensor of 4097 to 2^26 rows) are
 // sorted by bucket: Add(part) scatters the part's words, while they are in
-// cache and later parts still travel, into 2^hi buckets of the high hi bits
-// (hi = min(12, bits / 2)). Sort then takes one bucket after another (every
-// part's words of it; they lie in a window of the output of that bucket's
-// size) and ranks them by their low bits in cache: where the keys are
-// distinct (zen's pulled ids are) and the bucket not sparse, a bitmap of its
-// low bits and a prefix of popcounts give each word its index, so that the
-// writes of the output stay in a window of a few hundred words instead of
-// scattering over all of it as an LSD pass's would; buckets of few words,
-// sparse ones and ones with a repeated key are sorted by insertion or merge
-// sort. Other keys (and parts too many or too small for 2^hi bucket starts
-// each) take an LSD radix sort (PlanRadix's digits): Add counts every digit
-// and copies, Sort makes the passes, the last one emitting.
+// cache and later parts still travel, into 2^hi buckets of their high hi
+// bits (hi chosen by the first part, Plan: buckets of about 512 words where
+// keys are dense, of about 8 where sparse). Sort then takes one bucket after
+// another (every part's words of it; they lie in a window of the output of
+// that bucket's size) and ranks them by their low bits in cache: where the
+// keys are distinct (zen's pulled ids are) and dense, a bitmap of the
+// bucket's low bits and a prefix of popcounts give each word its index, so
+// that the writes of the output stay in a window of a few hundred words
+// instead of scattering over all of it as an LSD pass's would; buckets of
+// up to 16 words are sorted by insertion, other sparse ones and ones with a
+// repeated key by merge sort. Other keys (and a first part that is empty,
+// or too many parts for the bucket starts) take an LSD radix sort
+// (PlanRadix's digits): Add counts every digit and copies, Sort makes the
+// passes, the last one emitting.
 // Stable for any keys. Buffers are the object's and grow only: a steady
 // state allocates nothing.
 //
@@ -228,24 +230,13 @@ class IncrementalWordSort {
     bits = std::clamp(bits, 1, 64);
     const RadixPlan plan = PlanRadix(bits);
     shift_ = shift;
+    bits_ = bits;
     passes_ = plan.passes;
     digit_ = plan.digit;
-    high_ = std::min(12, bits / 2);
-    low_ = bits - high_;
     total_ = 0;
     parts_ = 0;
     max_parts_ = parts;
-    const size_t buckets = size_t{1} << high_;
-    by_bucket_ = bits > 12 && bits <= 26 && parts <= kMaxBucketStarts / (buckets + 1);
-    if (by_bucket_) {
-      if (starts_.size() < parts * (buckets + 1)) starts_.resize(parts * (buckets + 1));
-      if (cursor_.size() < buckets) cursor_.resize(buckets);
-      const size_t words = std::max<size_t>(1, (size_t{1} << low_) / 64);
-      bitmap_.assign(words, 0);
-      if (prefix_.size() < words) prefix_.resize(words);
-    } else {
-      count_.assign(static_cast<size_t>(passes_) << digit_, 0);
-    }
+    by_bucket_ = bits > 12 && bits <= 26;  // decided by the first part (Add)
   }
 
   void Add(std::span<const uint64_t> part) {
@@ -255,12 +246,7 @@ class IncrementalWordSort {
     }
     const size_t at = total_, m = part.size();
     if (buffer_.size() < at + m) buffer_.resize(std::max(at + m, buffer_.size() * 2));
-    // Parts of fewer words than a quarter of the buckets (judged by the
-    // first) would leave Sort visiting more empty bucket starts than words.
-    if (parts_ == 0 && by_bucket_ && 4 * m < (size_t{1} << high_)) {
-      by_bucket_ = false;
-      count_.assign(static_cast<size_t>(passes_) << digit_, 0);
-    }
+    if (parts_ == 0) Plan(m);
     if (by_bucket_) {
       // This part's bucket starts (starts[b], b <= buckets: the end), then
       // its words scattered into [at, at + m) by bucket.
@@ -294,6 +280,41 @@ class IncrementalWordSort {
     }
     total_ += m;
     ++parts_;
+  }
+
+  // The first part decides, from the words it suggests in all (its size x
+  // the parts announced): where the keys are dense enough for bitmaps (at
+  // most 256 bitmap bits per word), buckets of about 512 words (fewer
+  // buckets: Add's scatter writes to fewer places; a bucket's bitmap of
+  // 2^low bits stays in L1); where they are sparser, buckets of about 8
+  // words (insertion sorts); the LSD sort where the first part is empty,
+  // sparse keys need more than 2^12 buckets of 16, or the bucket starts of
+  // all parts would exceed kMaxBucketStarts.
+  void Plan(size_t first) {
+    const uint64_t words = static_cast<uint64_t>(first) * std::max<size_t>(max_parts_, 1);
+    bool dense = false;
+    size_t buckets = 0;
+    if (by_bucket_ && first > 0) {
+      dense = words >= (uint64_t{1} << bits_) / 256;
+      const uint64_t target = dense ? words / 512 : words / 8;
+      high_ = std::clamp(static_cast<int>(std::bit_width(target)), 1, 12);
+      low_ = bits_ - high_;
+      buckets = size_t{1} << high_;
+      by_bucket_ = (dense || words <= 16 * buckets) &&
+                   max_parts_ <= kMaxBucketStarts / (buckets + 1);
+    } else {
+      by_bucket_ = false;
+    }
+    if (!by_bucket_) {
+      count_.assign(static_cast<size_t>(passes_) << digit_, 0);
+      return;
+    }
+    if (starts_.size() < max_parts_ * (buckets + 1)) starts_.resize(max_parts_ * (buckets + 1));
+    if (cursor_.size() < buckets) cursor_.resize(buckets);
+    // No bitmap for sparse keys (SortBucket sorts their buckets).
+    const size_t bitmap_words = dense ? std::max<size_t>(1, (size_t{1} << low_) / 64) : 0;
+    bitmap_.assign(bitmap_words, 0);
+    if (prefix_.size() < bitmap_words) prefix_.resize(bitmap_words);
   }
 
   // Sorts the words added since Reset: calls emit(i, word) once per word, i
@@ -370,6 +391,7 @@ class IncrementalWordSort {
   }
 
   int shift_ = 0;
+  int bits_ = 1;
   int passes_ = 1;
   int digit_ = 1;
   int high_ = 0;  // by bucket: the bits Add buckets by

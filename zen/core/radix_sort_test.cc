@@ -131,21 +131,19 @@ TEST(IncrementalWordSort, EmitsTheStableSortsOrder) {
 }
 
 // Distinct keys (zen's pulled ids), the case the bitmap ranks: keys of 13
-// to 26 bits (every width that sorts by bucket), buckets of a few words
-// (insertion), of many (bitmap), sparse for their bitmap (merge sort), and
-// the same keys with one repeated (its bucket merge sorted, stably), in one
-// part and in eight.
+// to 26 bits (every width that sorts by bucket), at densities that give
+// buckets of a few words (insertion sorts, some of more than 16: merge
+// sorts) and of hundreds (bitmaps), and the same keys with one repeated
+// (its bucket merge sorted, stably), in one part and in eight.
 TEST(IncrementalWordSort, DistinctKeysRankedByBucket) {
   std::mt19937_64 rng(17);
   std::vector<uint64_t> scratch;
   IncrementalWordSort sort;
   for (const int bits : {13, 16, 22, 24, 26}) {
     const uint64_t bound = uint64_t{1} << bits;
-    const int high = std::min(12, bits / 2);
-    const size_t buckets = size_t{1} << high;
-    // About 3, 20 and 300 words a bucket.
-    for (const size_t per_bucket : {size_t{3}, size_t{20}, size_t{300}}) {
-      const size_t n = std::min<size_t>(per_bucket * buckets, bound / 2);
+    // One key in 1024, 64 and 4 of the key space.
+    for (const uint64_t every : {uint64_t{1024}, uint64_t{64}, uint64_t{4}}) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(bound / every, 600000));
       std::vector<uint64_t> keys;
       for (uint64_t k = 0; k < bound && keys.size() < n; k += 1 + rng() % (bound / n)) {
         keys.push_back(k);

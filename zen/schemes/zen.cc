@@ -524,8 +524,8 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   const std::optional<HashDomains> exchanged =
       SparseExchange(comm, local, {}, [&](const HashDomains& domains, int j) {
     if (element) {
-      // The sort counts the words and makes its first pass over them while
-      // they are in cache, and while later messages still travel.
+      // The sort buckets the words by their ids' high bits while they are
+      // in cache, and while later messages still travel.
       ws_.result_sort.Add(ElementWords(domains, j, where));
       return;
     }
@@ -543,8 +543,8 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   std::vector<int64_t> ids;
   std::vector<float> values;
   if (element) {
-    // Sorting the words orders the values too; the sort's last pass writes
-    // each word's id and value straight into the result (no unpacking pass).
+    // Sorting the words orders the values too; the sort hands each word to
+    // its place in the result as it ranks each bucket (no unpacking pass).
     ids.resize(ws_.result_sort.size());
     values.resize(ws_.result_sort.size());
     int64_t* id = ids.data();
