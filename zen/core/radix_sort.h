@@ -210,7 +210,8 @@ size_t SortBucket(const Buckets& buckets, size_t b, uint64_t* out);
 // instead of scattering over all of it as an LSD pass's would; buckets of
 // up to 16 words are sorted by insertion, other sparse ones and ones with a
 // repeated key by merge sort. Other keys (and a first part that is empty,
-// or too many parts for the bucket starts) take an LSD radix sort
+// sparse keys that would need buckets of more than 16 words, or too many
+// parts for the bucket starts) take an LSD radix sort
 // (PlanRadix's digits): Add counts every digit and copies, Sort makes the
 // passes, the last one emitting.
 // Stable for any keys. Buffers are the object's and grow only: a steady
