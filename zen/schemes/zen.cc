@@ -1,6 +1,7 @@
 #include "zen/schemes/zen.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 
@@ -324,6 +325,11 @@ float* ZenScheme::LayoutServed(int64_t domain_size, int64_t width) {
       ws.served_positions.push_back(p);
     }
   }
+  return LayoutServedPositions(domain_size, width);
+}
+
+float* ZenScheme::LayoutServedPositions(int64_t domain_size, int64_t width) {
+  Workspace& ws = ws_;
   const auto served = static_cast<int64_t>(ws.served_positions.size());
   ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding);
   ws.pull_send.resize(ws.pull_layout.bytes);
@@ -381,18 +387,26 @@ int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, i
 
 int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
   // Width 1, positions below 2^32: one word per incoming element, the
-  // position above the value's bits, radix-sorted (stable: equal positions
-  // keep the parts' rank order, so the sums are added in the same order as
-  // the n-way merge adds them), then one pass that sums runs of equal
-  // positions into the pull message. About a tenth of the merge's work.
-  // The peers' positions are read from their messages in place (any
-  // compact index: RowsMessage::ForEach).
+  // position above the value's bits, read from every part in rank order
+  // (the peers' positions from their messages in place, any compact index:
+  // RowsMessage::ForEach). Each part's positions ascend (the pushes' were
+  // checked by ParseRows, this server's own come sorted from the
+  // partitioner), so the parts' words of a range of 2^11 positions are a
+  // run in each part: the ranges are taken in order, each summed in an
+  // accumulator in cache (a position's first value assigned, later ones
+  // added in rank order: bit for bit the n-way merge's sums) and read out
+  // in position order from a bitmap of the positions seen. No sort, no
+  // scatter. Domains too sparse for it (more ranges x parts than 4 x the
+  // words) take a radix sort of the words and one pass that sums runs of
+  // equal positions (stable: the same order).
   Workspace& ws = ws_;
+  const size_t parts = ws.parts.size();
   size_t total = 0;
   for (const RowsView& part : ws.parts) total += part.values.size();
   ws.words.resize(total);
+  ws.part_ends.resize(parts);
   uint64_t* w = ws.words.data();
-  for (size_t q = 0; q < ws.parts.size(); ++q) {
+  for (size_t q = 0; q < parts; ++q) {
     const std::span<const float> values = ws.parts[q].values;
     auto word = [&](size_t i, uint64_t position) {
       uint32_t bits;
@@ -405,23 +419,74 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
     } else {
       ws.pushed[q].ForEach([&](size_t i, int64_t p) { word(i, static_cast<uint64_t>(p)); });
     }
+    ws.part_ends[q] = static_cast<size_t>(w - ws.words.data());
   }
-  SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
-  float* out = LayoutServed(domain_size, 1);
-  size_t k = 0;
-  for (size_t i = 0; i < total;) {
-    const uint64_t p = ws.words[i] >> 32;
-    float sum;
-    uint32_t bits = static_cast<uint32_t>(ws.words[i]);
-    std::memcpy(&sum, &bits, sizeof(sum));
-    for (++i; i < total && (ws.words[i] >> 32) == p; ++i) {
-      float v;
-      bits = static_cast<uint32_t>(ws.words[i]);
-      std::memcpy(&v, &bits, sizeof(v));
-      sum += v;
+  constexpr int kRangeBits = 11;
+  constexpr uint64_t kRange = uint64_t{1} << kRangeBits;
+  const uint64_t ranges = (static_cast<uint64_t>(std::max<int64_t>(domain_size, 1)) - 1) / kRange + 1;
+  if (ranges * parts > 4 * static_cast<uint64_t>(total)) {
+    SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
+    float* out = LayoutServed(domain_size, 1);
+    size_t k = 0;
+    for (size_t i = 0; i < total;) {
+      const uint64_t p = ws.words[i] >> 32;
+      float sum;
+      uint32_t bits = static_cast<uint32_t>(ws.words[i]);
+      std::memcpy(&sum, &bits, sizeof(sum));
+      for (++i; i < total && (ws.words[i] >> 32) == p; ++i) {
+        float v;
+        bits = static_cast<uint32_t>(ws.words[i]);
+        std::memcpy(&v, &bits, sizeof(v));
+        sum += v;
+      }
+      out[k++] = sum;
     }
-    out[k++] = sum;
+    return static_cast<int64_t>(ws.served_positions.size());
   }
+  ws.served_positions.clear();
+  ws.served_sums.clear();
+  ws.cursors.resize(parts);
+  for (size_t q = 0; q < parts; ++q) ws.cursors[q] = q == 0 ? 0 : ws.part_ends[q - 1];
+  float acc[kRange];                // a range's sums, valid where seen
+  uint64_t seen[kRange / 64] = {};  // the range's positions seen
+  const uint64_t* words = ws.words.data();
+  for (uint64_t r = 0; r < ranges; ++r) {
+    const uint64_t start = r * kRange;
+    for (size_t q = 0; q < parts; ++q) {
+      size_t i = ws.cursors[q];
+      const size_t end = ws.part_ends[q];
+      for (; i < end; ++i) {
+        // A position below the range (positions that do not ascend) ends
+        // the run too; the check below finds it.
+        const uint64_t p = (words[i] >> 32) - start;
+        if (p >= kRange) break;
+        uint32_t bits = static_cast<uint32_t>(words[i]);
+        float v;
+        std::memcpy(&v, &bits, sizeof(v));
+        const uint64_t bit = uint64_t{1} << (p & 63);
+        const bool first = (seen[p >> 6] & bit) == 0;
+        seen[p >> 6] |= bit;
+        acc[p] = first ? v : acc[p] + v;
+      }
+      ws.cursors[q] = i;
+    }
+    for (uint64_t k = 0; k < kRange / 64; ++k) {
+      for (uint64_t x = seen[k]; x != 0; x &= x - 1) {
+        const uint64_t p = k * 64 + static_cast<uint64_t>(std::countr_zero(x));
+        ws.served_positions.push_back(static_cast<int64_t>(start + p));
+        ws.served_sums.push_back(acc[p]);
+      }
+      seen[k] = 0;
+    }
+  }
+  for (size_t q = 0; q < parts; ++q) {
+    if (ws.cursors[q] != ws.part_ends[q]) {
+      throw FormatError(Where{}, "zen: server ", server, ": the positions rank ", q,
+                        " pushed do not ascend (element ", ws.cursors[q], ")");
+    }
+  }
+  float* out = LayoutServedPositions(domain_size, 1);
+  std::copy(ws.served_sums.begin(), ws.served_sums.end(), out);
   return static_cast<int64_t>(ws.served_positions.size());
 }
 

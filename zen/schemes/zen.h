@@ -133,6 +133,8 @@ class ZenScheme final : public Scheme {
     std::vector<RowsView> parts;
     std::vector<RowsMessage> pushed;  // element path: the peers' COO32 pushes, viewed
     std::vector<int64_t> served_positions;
+    std::vector<float> served_sums;            // element path: the sums, before the layout
+    std::vector<size_t> part_ends, cursors;    // element path: each part's run of words
     MergeScratch merge;
     std::vector<RowsMessage> pulled;  // views into pull_recv
     std::vector<KeyItem> order, sort_scratch;
@@ -177,6 +179,8 @@ class ZenScheme final : public Scheme {
   // distinct positions into ws_.served_positions, the pull message laid
   // out for them; returns where the sums' values go.
   float* LayoutServed(int64_t domain_size, int64_t width);
+  // The same for ws_.served_positions as they are.
+  float* LayoutServedPositions(int64_t domain_size, int64_t width);
   // Width 1, domain <= 2^32, no sum order: this server's part in
   // ws_.parts[server], the peers' compact pushes in ws_.pushed.
   int64_t AggregateElements(int64_t domain_size, int server);
