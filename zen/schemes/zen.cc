@@ -423,7 +423,8 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
   }
   constexpr int kRangeBits = 11;
   constexpr uint64_t kRange = uint64_t{1} << kRangeBits;
-  const uint64_t ranges = (static_cast<uint64_t>(std::max<int64_t>(domain_size, 1)) - 1) / kRange + 1;
+  const uint64_t domain = static_cast<uint64_t>(std::max<int64_t>(domain_size, 1));
+  const uint64_t ranges = (domain - 1) / kRange + 1;
   if (ranges * parts > 4 * static_cast<uint64_t>(total)) {
     SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
     float* out = LayoutServed(domain_size, 1);
