@@ -80,7 +80,7 @@ class HashDomains {
   int64_t size(int server) const { return owner_.DomainSize(server); }
   int64_t start(int server) const { return owner_.Start(server); }
   // The largest |D_j|.
-  int64_t max_size() const { return size(0); }
+  int64_t max_size() const { return owner_.MaxDomainSize(); }
   RowPlace Locate(int64_t id) const { return owner_.Locate(id); }
   int64_t IdAt(int server, int64_t position) const { return owner_.IdAt(server, position); }
   const RowOwner& owner() const { return owner_; }

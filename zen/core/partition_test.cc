@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include "zen/core/error.h"
@@ -97,7 +98,8 @@ TEST_P(DensePartitionTest, MatchesBruteForce) {
   auto part = MakePartitioner(c.partitioner, c.threads);
   for (const RowOwner& owner :
        {RowOwner::Hash(5, 7), RowOwner::Range(rows, 4), RowOwner::Hash(9, 1),
-        RowOwner::Permuted(5, rows, 7), RowOwner::Permuted(9, rows, 1)}) {
+        RowOwner::Permuted(5, rows, 7), RowOwner::Permuted(9, rows, 1),
+        RowOwner::Permuted(5, rows, 7, 4)}) {
     Partitions p;
     part->PartitionDense(dense, rows, c.width, owner, p);
     ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
@@ -123,7 +125,8 @@ TEST_P(DensePartitionTest, SparseInputMatchesBruteForce) {
   }
   auto part = MakePartitioner(c.partitioner, c.threads);
   for (const RowOwner& owner : {RowOwner::Hash(77, 5), RowOwner::Permuted(77, rows, 5),
-                                RowOwner::Permuted(9, rows, 1), RowOwner::Range(rows, 3)}) {
+                                RowOwner::Permuted(9, rows, 1), RowOwner::Range(rows, 3),
+                                RowOwner::Permuted(77, rows, 5, 6)}) {
     Partitions p;
     part->PartitionSparse(ids, values, c.width, owner, p);
     ExpectPartitionsOfDense(p, dense, rows, c.width, owner);
@@ -206,6 +209,89 @@ TEST(RowOwner, PermutedIsRangesOfTheBijection) {
   EXPECT_THROW(RowOwner::Permuted(1, 0, 2), InvalidArgument);
   EXPECT_THROW(RowOwner::Permuted(1, kMaxPermutedRows + 1, 2), InvalidArgument);
   EXPECT_THROW(RowOwner::Permuted(1, 10, 0), InvalidArgument);
+}
+
+// Permuted with blocks, against a brute force of its definition: blocks of
+// 2^b ids permuted whole (pi over rows >> b blocks), the partial block's ids
+// their own keys, the servers' ranges whole blocks (the last also the
+// tail); the batched key maps equal the scalar ones and keep the low bits.
+TEST(RowOwner, PermutedBlocksAreRangesOfTheBlockBijection) {
+  for (int64_t rows : {int64_t{8}, int64_t{64}, int64_t{1000}, int64_t{4099}, int64_t{70001}}) {
+    for (int b : {1, 3, 5}) {
+      if ((rows >> b) < 1) continue;
+      for (int n : {1, 3, 8}) {
+        const RowOwner o = RowOwner::Permuted(31, rows, n, b);
+        const int64_t units = rows >> b;
+        const RowPermutation pi(31, units);
+        const int64_t mask = (int64_t{1} << b) - 1;
+        auto start = [&](int j) { return j == n ? rows : ((j * units + n - 1) / n) << b; };
+        std::vector<int64_t> size(static_cast<size_t>(n), 0);
+        std::vector<int64_t> ids, keys;
+        for (int64_t id = 0; id < rows; ++id) {
+          const int64_t key = (id >> b) < units ? pi(id >> b) << b | (id & mask) : id;
+          int want = 0;
+          while (want + 1 < n && key >= start(want + 1)) ++want;
+          ASSERT_EQ(o(id), want) << rows << " rows, b " << b << ", n " << n << ", id " << id;
+          const RowPlace at = o.Locate(id);
+          ASSERT_EQ(at.server, want);
+          ASSERT_EQ(at.position, key - start(want));
+          ASSERT_EQ(o.IdAt(want, at.position), id);
+          ASSERT_EQ(o.IdOfKey(key), id);
+          ++size[static_cast<size_t>(want)];
+          ids.push_back(id);
+          keys.push_back(key);
+        }
+        for (int j = 0; j < n; ++j) {
+          EXPECT_EQ(size[static_cast<size_t>(j)], o.DomainSize(j));
+          EXPECT_EQ(o.Start(j), start(j));
+        }
+        EXPECT_EQ(o.MaxDomainSize(), *std::max_element(size.begin(), size.end()));
+        // Batched, in id order (runs of a block) and shuffled (runs of one),
+        // with and without payload bits below the key.
+        std::vector<size_t> order(ids.size());
+        std::iota(order.begin(), order.end(), size_t{0});
+        std::mt19937_64 rng(static_cast<uint64_t>(rows * 16 + b));
+        for (int shuffled = 0; shuffled < 2; ++shuffled) {
+          if (shuffled) std::shuffle(order.begin(), order.end(), rng);
+          for (int shift : {0, 32}) {
+            std::vector<uint64_t> words;
+            for (size_t i : order) {
+              words.push_back(static_cast<uint64_t>(ids[i]) << shift | (shift ? i : 0));
+            }
+            o.KeysOfIdsInPlace(words, shift);
+            for (size_t k = 0; k < order.size(); ++k) {
+              ASSERT_EQ(words[k], static_cast<uint64_t>(keys[order[k]]) << shift |
+                                      (shift ? order[k] : 0));
+            }
+            o.IdsOfKeysInPlace(words, shift);
+            for (size_t k = 0; k < order.size(); ++k) {
+              ASSERT_EQ(words[k], static_cast<uint64_t>(ids[order[k]]) << shift |
+                                      (shift ? order[k] : 0));
+            }
+          }
+        }
+        std::vector<int64_t> in_place = ids;
+        o.KeysInPlace(in_place);
+        ASSERT_EQ(in_place, keys);
+        // Blocks of keys to blocks of ids (one entry per block, in key
+        // order, a payload below): the partial block stays.
+        std::vector<uint64_t> blocks;
+        for (int64_t key = 0; key < rows; key += int64_t{1} << b) {
+          blocks.push_back(static_cast<uint64_t>(key >> b) << 32 | (blocks.size() & 0xFF));
+        }
+        o.IdBlocksOfKeyBlocksInPlace(blocks, 32);
+        for (size_t k = 0; k < blocks.size(); ++k) {
+          const int64_t key = static_cast<int64_t>(k) << b;
+          ASSERT_EQ(blocks[k], static_cast<uint64_t>(o.IdOfKey(key) >> b) << 32 | (k & 0xFF));
+        }
+      }
+    }
+  }
+  // One block over two servers: the second owns nothing.
+  EXPECT_EQ(RowOwner::Permuted(3, 16, 2, 4).DomainSize(1), 0);
+  EXPECT_THROW(RowOwner::Permuted(1, 15, 2, 4), InvalidArgument);  // no whole block
+  EXPECT_THROW(RowOwner::Permuted(1, 1000, 2, -1), InvalidArgument);
+  EXPECT_THROW(RowOwner::Permuted(1, int64_t{1} << 40, 2, 33), InvalidArgument);
 }
 
 TEST(RowIsNonZero, ZeroSignAndNaN) {

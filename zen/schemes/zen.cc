@@ -89,7 +89,14 @@ uint64_t ZenScheme::AgreedSeed(Communicator& comm) {
   return agreed;
 }
 
-HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, const Where& where) {
+int ZenScheme::ElementBlockBits(int64_t rows, int servers) {
+  int b = kMaxElementBlockBits;
+  while (b > 0 && (rows >> b) / kMinBlocksPerServer < servers) --b;
+  return b;
+}
+
+HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, int64_t width,
+                               const Where& where) {
   // Every rank has the same rows (the metadata exchange checked it), so
   // every rank refuses here, before the seed broadcast.
   if (config_.ownership == ZenOwnership::kHash && rows > kMaxPermutedRows) {
@@ -99,7 +106,8 @@ HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, const Where& wh
   }
   const int n = comm.size();
   return HashDomains(config_.ownership == ZenOwnership::kHash
-                         ? RowOwner::Permuted(AgreedSeed(comm), rows, n)
+                         ? RowOwner::Permuted(AgreedSeed(comm), rows, n,
+                                              width == 1 ? ElementBlockBits(rows, n) : 0)
                          : RowOwner::Range(rows, n));
 }
 
@@ -529,7 +537,7 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
     return std::nullopt;
   }
   const Where where{comm.rank(), local.name()};
-  HashDomains domains = Prepare(comm, local.rows(), where);
+  HashDomains domains = Prepare(comm, local.rows(), local.width(), where);
   auto t0 = Clock::now();
   sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), domains.owner(),
                                        ws_.mine);
@@ -545,25 +553,49 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
 }
 
 std::span<uint64_t> ZenScheme::ElementWords(const HashDomains& domains, int server,
-                                            const Where& where) {
+                                            const Where& where, size_t at) {
   const RowsMessage& m = ws_.pulled[static_cast<size_t>(server)];
   const size_t count = static_cast<size_t>(m.count);
   // Grown only, never shrunk: a steady state neither allocates nor zeroes.
-  if (ws_.result_words.size() < count) ws_.result_words.resize(count);
-  uint64_t* out = ws_.result_words.data();
-  // Keys first (a branch-light pass over the index), then the inverse
-  // permutation, batched (RowPermutation::InverseInPlace).
+  if (ws_.result_words.size() < at + count) ws_.result_words.resize(at + count);
+  uint64_t* out = ws_.result_words.data() + at;
   // The positions are checked on the way (ParseRows left them to this
   // reader); a bad one raises before the words are used.
   const uint64_t start = static_cast<uint64_t>(domains.start(server));
   const float* v = m.row(0);
-  m.ForEachChecked(domains.size(server), server, where, [&](size_t i, int64_t p) {
+  const std::span<uint64_t> words(out, count);
+  const RowOwner& owner = domains.owner();
+  if (const int b = owner.block_bits(); b > 0) {
+    // Keys (the lambda holds copies: its stores cannot alias them), then
+    // their runs in a pass over the words in cache (the positions ascend,
+    // so a block's keys are one run), then each run's block of ids
+    // (batched).
+    m.ForEachChecked(domains.size(server), server, where, [out, v, start](size_t i, int64_t p) {
+      uint32_t bits;
+      std::memcpy(&bits, v + i, sizeof(bits));
+      out[i] = (start + static_cast<uint64_t>(p)) << 32 | bits;
+    });
+    const size_t first_run = ws_.runs.size();
+    const int shift = 32 + b;
+    uint64_t last = ~uint64_t{0};
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t block = out[i] >> shift;
+      if (block == last) continue;
+      last = block;
+      ws_.runs.push_back(block << 32 | ws_.run_starts.size());
+      ws_.run_starts.push_back(at + i);
+    }
+    owner.IdBlocksOfKeyBlocksInPlace(std::span(ws_.runs).subspan(first_run), 32);
+    return words;
+  }
+  // Keys first (a branch-light pass over the index), then the inverse
+  // permutation, batched (RowPermutation::InverseInPlace).
+  m.ForEachChecked(domains.size(server), server, where, [out, v, start](size_t i, int64_t p) {
     uint32_t bits;
     std::memcpy(&bits, v + i, sizeof(bits));
-    *out++ = (start + static_cast<uint64_t>(p)) << 32 | bits;
+    out[i] = (start + static_cast<uint64_t>(p)) << 32 | bits;
   });
-  const std::span<uint64_t> words(ws_.result_words.data(), count);
-  domains.owner().IdsOfKeysInPlace(words, 32);
+  owner.IdsOfKeysInPlace(words, 32);
   return words;
 }
 
@@ -587,9 +619,23 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   // Element path: each message's words go to the result's sort as soon as
   // they are made.
   if (element) ws_.result_sort.Reset(32, KeyBits(local.rows()), static_cast<size_t>(comm.size()));
+  // Element path with blocks (RowOwner::Permuted's block_bits > 0): each
+  // message's words are kept where they are made, as runs of one block
+  // each (a block's ids ascend within the message that holds it, and no
+  // other message holds any of them); the runs are sorted by block after
+  // the last message.
+  int block_bits = 0;
+  size_t filled = 0;
+  ws_.runs.clear();
+  ws_.run_starts.clear();
   const std::optional<HashDomains> exchanged =
       SparseExchange(comm, local, {}, [&](const HashDomains& domains, int j) {
     if (element) {
+      block_bits = domains.owner().block_bits();
+      if (block_bits > 0) {
+        filled += ElementWords(domains, j, where, filled).size();
+        return;
+      }
       // The sort buckets the words by their ids' high bits while they are
       // in cache, and while later messages still travel.
       ws_.result_sort.Add(ElementWords(domains, j, where));
@@ -608,7 +654,36 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   auto t0 = Clock::now();
   std::vector<int64_t> ids;
   std::vector<float> values;
-  if (element) {
+  if (element && block_bits > 0) {
+    // The runs in block order (one word each: the block of ids above the
+    // run's ordinal), then each run's words (keys) into the result in turn,
+    // the id its block's base and the key's offset: ids and values written
+    // once, in order.
+    ws_.run_starts.push_back(filled);
+    SortWordsByBits(ws_.runs, ws_.word_scratch, 32, KeyBits((local.rows() >> block_bits) + 1));
+    ids.resize(filled);
+    values.resize(filled);
+    int64_t* id = ids.data();
+    float* value = values.data();
+    const uint64_t* words = ws_.result_words.data();
+    const size_t* starts = ws_.run_starts.data();
+    const size_t runs = ws_.runs.size();
+    const uint64_t mask = (uint64_t{1} << block_bits) - 1;
+    constexpr size_t kAhead = 8;  // the runs lie at random in result_words
+    for (size_t r = 0; r < runs; ++r) {
+      if (r + kAhead < runs) {
+        __builtin_prefetch(words + starts[static_cast<uint32_t>(ws_.runs[r + kAhead])]);
+      }
+      const size_t k = static_cast<uint32_t>(ws_.runs[r]);
+      const uint64_t base = ws_.runs[r] >> 32 << block_bits;
+      for (size_t i = starts[k]; i < starts[k + 1]; ++i) {
+        const uint64_t x = words[i];
+        *id++ = static_cast<int64_t>(base | ((x >> 32) & mask));
+        const uint32_t bits = static_cast<uint32_t>(x);
+        std::memcpy(value++, &bits, sizeof(bits));
+      }
+    }
+  } else if (element) {
     // Sorting the words orders the values too; the sort hands each word to
     // its place in the result as it ranks each bucket (no unpacking pass).
     ids.resize(ws_.result_sort.size());
@@ -685,6 +760,28 @@ void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::s
   const size_t w = static_cast<size_t>(local.width());
   const std::optional<HashDomains> exchanged =
       SparseExchange(comm, local, out, [&](const HashDomains& domains, int j) {
+    if (element && domains.owner().block_bits() > 0) {
+      // Each run's block of ids, then its values written in order (a run's
+      // targets are adjacent).
+      const int b = domains.owner().block_bits();
+      const uint64_t mask = (uint64_t{1} << b) - 1;
+      ws_.runs.clear();
+      ws_.run_starts.clear();
+      const std::span<const uint64_t> words = ElementWords(domains, j, where);
+      ws_.run_starts.push_back(words.size());
+      for (size_t r = 0; r < ws_.runs.size(); ++r) {
+        float* dst = out.data() + (ws_.runs[r] >> 32 << b);
+        for (size_t i = ws_.run_starts[r]; i < ws_.run_starts[r + 1]; ++i) {
+          const uint64_t x = words[i];
+          const uint32_t bits = static_cast<uint32_t>(x);
+          float v;
+          std::memcpy(&v, &bits, sizeof(v));
+          dst[(x >> 32) & mask] = scaled ? v / divisor : v;
+        }
+      }
+      stats_.result_rows += ws_.pulled[static_cast<size_t>(j)].count;
+      return;
+    }
     if (element) {
       float* dst = out.data();
       for (const uint64_t x : ElementWords(domains, j, where)) {
@@ -728,7 +825,7 @@ void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t
     stats_.local_rows = stats_.result_rows = ws_.mine.total();
     return;  // the buffer already holds the sum
   }
-  const HashDomains domains = Prepare(comm, rows, where);
+  const HashDomains domains = Prepare(comm, rows, width, where);
   auto t0 = Clock::now();
   dense_partitioner_->PartitionDense(buffer, rows, width, domains.owner(), ws_.mine);
   stats_.partition_seconds = Since(t0);

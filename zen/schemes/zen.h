@@ -102,6 +102,18 @@ class ZenScheme final : public Scheme {
   const ZenStats& last_stats() const { return stats_; }
   const ZenConfig& config() const { return config_; }
 
+  // log2 of the ids per permuted block of a width-1 tensor of `rows` over
+  // `servers` (RowOwner::Permuted's block_bits; wider rows: 0, every row
+  // permuted): the largest b <= kMaxElementBlockBits that leaves every server
+  // at least kMinBlocksPerServer blocks, 0 where none does. Blocks let the
+  // receiver order the result by sorting runs of rows, not rows; the
+  // servers stay balanced while each owns thousands of blocks (a block of
+  // hot ids weighs on one server: skewed ids cost some balance, measured in
+  // docs/performance.md).
+  static constexpr int kMaxElementBlockBits = 8;
+  static constexpr int64_t kMinBlocksPerServer = 2048;
+  static int ElementBlockBits(int64_t rows, int servers);
+
   // The order in which the next dense call adds the ranks' values, per
   // element of the [rows x width] buffer: `order` lists (first element,
   // start rank) steps, ascending by first element, the first at 0; from
@@ -143,13 +155,20 @@ class ZenScheme final : public Scheme {
     std::vector<uint64_t> result_words;  // the result's words: (id, value) or (id, row index)
     std::vector<uint64_t> word_scratch;  // their radix sorts
     IncrementalWordSort result_sort;         // element path: the result's sort, fed per message
+    // Element path with blocks: one word per run of the result's words of
+    // one block (the block above the run's ordinal), and where each run
+    // starts in result_words (one more entry: the end).
+    std::vector<uint64_t> runs;
+    std::vector<size_t> run_starts;
     std::vector<const float*> rows;
     RequestList push_requests;  // each collective's requests, from post to finish
     RequestList pull_requests;
   };
   // Called by Exchange for each server's pull message, once it is parsed.
   using OnPulled = FunctionRef<void(const HashDomains& domains, int server)>;
-  HashDomains Prepare(Communicator& comm, int64_t rows, const Where& where);
+  // The domains of a call (the owner: ZEN's permutation, by blocks for
+  // width 1; see ElementBlockBits).
+  HashDomains Prepare(Communicator& comm, int64_t rows, int64_t width, const Where& where);
   uint64_t AgreedSeed(Communicator& comm);
   // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
   // (served_*) and views of every server's pull message (pulled[j]);
@@ -203,7 +222,13 @@ class ZenScheme final : public Scheme {
   // id above its value's bits; returns them (valid until the next call).
   // The message's positions are read with ForEachChecked (SparseExchange
   // parses the pulls of such tensors with PositionCheck::kByReader).
-  std::span<uint64_t> ElementWords(const HashDomains& domains, int server, const Where& where);
+  // Written at ws_.result_words[at] instead where `at` is given. With
+  // blocks (the owner's block_bits > 0) the words hold keys, not ids, and
+  // each run of one block's keys is appended to ws_.runs (its block of
+  // ids above its ordinal in ws_.run_starts) and ws_.run_starts (where it
+  // starts in result_words): id = block << block_bits | (key's low bits).
+  std::span<uint64_t> ElementWords(const HashDomains& domains, int server, const Where& where,
+                                   size_t at = 0);
   // Whether a tensor takes the element path: width 1, rows <= 2^32 (ids
   // and keys fit the high half of a word).
   static bool ElementPath(const SparseTensor& t) {

@@ -376,6 +376,63 @@ INSTANTIATE_TEST_SUITE_P(Zen, ZenElementSums,
                          ::testing::Values(std::pair{int64_t{1} << 20, 0.03},
                                            std::pair{int64_t{1} << 24, 0.00002}));
 
+// Width 1 permutes blocks of ids (ElementBlockBits): the result is exact,
+// in id order, through every entry, where the ids fill whole blocks, lie in
+// the partial block at the end (the last server's, unpermuted) and at both
+// ends of the id space.
+TEST(Zen, ElementBlocksWithAPartialBlockSumExactly) {
+  EXPECT_EQ(ZenScheme::ElementBlockBits(int64_t{1} << 22, 8), 8);
+  EXPECT_EQ(ZenScheme::ElementBlockBits(100000, 8), 2);
+  EXPECT_EQ(ZenScheme::ElementBlockBits(1000, 2), 0);
+  const int n = 4;
+  const int64_t rows = (int64_t{1} << 17) + 77;
+  const int b = ZenScheme::ElementBlockBits(rows, n);
+  ASSERT_GT(b, 0);
+  ASSERT_NE(rows & ((int64_t{1} << b) - 1), 0) << "no partial block";
+  std::vector<SparseTensor> inputs;
+  for (int r = 0; r < n; ++r) {
+    std::mt19937_64 rng(static_cast<uint64_t>(r) + 5);
+    std::vector<int64_t> ids;
+    for (int64_t id = 0; id < rows; ++id) {
+      const bool whole_block = (id >> b) % 97 == static_cast<int64_t>(r);  // one rank's block
+      const bool ends = id < 40 || id >= rows - 100;
+      if (whole_block || ends || rng() % 50 == 0) ids.push_back(id);
+    }
+    std::vector<float> values;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      values.push_back(static_cast<float>(static_cast<int64_t>(rng() % 2001) - 1000) / 8.0f);
+    }
+    inputs.push_back(SparseTensor::FromSorted(rows, 1, std::move(ids), std::move(values), "tail"));
+  }
+  const DenseReference reference(inputs);
+  std::vector<float> want(static_cast<size_t>(rows), 0.0f);
+  for (const SparseTensor& t : inputs) {
+    for (size_t i = 0; i < t.nnz(); ++i) want[static_cast<size_t>(t.ids()[i])] += t.values()[i];
+  }
+  for (const auto backend : {Backend::kInProc, Backend::kGlooTcp}) {
+    testing::RunRanks(backend, n, [&](Communicator& comm) {
+      const SparseTensor& mine = inputs[static_cast<size_t>(comm.rank())];
+      ZenScheme scheme;
+      for (int call = 0; call < 2; ++call) {
+        const SparseTensor sum = scheme.Sync(comm, mine);
+        const Agreement a = reference.Compare(sum);
+        ASSERT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
+        ASSERT_EQ(a.max_rel_error, 0.0) << "rank " << comm.rank();
+        ASSERT_TRUE(std::is_sorted(sum.ids().begin(), sum.ids().end()));
+        std::vector<float> out(static_cast<size_t>(rows), 1.0f);
+        scheme.SyncInto(comm, mine, out);
+        ASSERT_EQ(out, want) << "rank " << comm.rank();
+        std::vector<float> dense(static_cast<size_t>(rows), 0.0f);
+        for (size_t i = 0; i < mine.nnz(); ++i) {
+          dense[static_cast<size_t>(mine.ids()[i])] = mine.values()[i];
+        }
+        scheme.SyncDense(comm, dense, rows, 1, "tail");
+        ASSERT_EQ(dense, want) << "rank " << comm.rank();
+      }
+    });
+  }
+}
+
 // A position's first value is taken as it is, later ones added: -0.0 on
 // every rank sums to -0.0 (an accumulator started at +0.0 would give +0.0).
 TEST(Zen, ElementSparseSumOfNegativeZerosIsNegativeZero) {
