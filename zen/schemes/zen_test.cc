@@ -537,64 +537,70 @@ TEST(Zen, WidenRejectsAMessageOfTheWrongSize) {
 // set_sum_order: each element is the float32 sum in the given order
 // (start rank, then down the ranks cyclically), bit for bit; the order is
 // per call (the next call sums in rank order again).
+// Width 1 is also run at a size where the ownership permutes blocks of ids
+// (ElementBlockBits > 0).
 TEST(Zen, DenseSumsFollowTheGivenOrder) {
   const int n = 5;
-  const int64_t rows = 300, width = 7;
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> value(-1, 1);
-  std::vector<std::vector<float>> inputs(n, std::vector<float>(rows * width, 0.f));
-  for (auto& in : inputs) {
-    for (int64_t row = 0; row < rows; ++row) {
-      if (rng() % 3 == 0) continue;  // some rows zero on some ranks
-      for (int64_t k = 0; k < width; ++k) in[static_cast<size_t>(row * width + k)] = value(rng);
+  ASSERT_GT(ZenScheme::ElementBlockBits(40963, n), 0);
+  for (const auto& shape : {std::pair<int64_t, int64_t>{300, 7}, {40963, 1}}) {
+    const int64_t rows = shape.first, width = shape.second;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> value(-1, 1);
+    std::vector<std::vector<float>> inputs(n, std::vector<float>(rows * width, 0.f));
+    for (auto& in : inputs) {
+      for (int64_t row = 0; row < rows; ++row) {
+        if (rng() % 3 == 0) continue;  // some rows zero on some ranks
+        for (int64_t k = 0; k < width; ++k) in[static_cast<size_t>(row * width + k)] = value(rng);
+      }
     }
-  }
-  // Steps that change inside rows, as ring chunks do.
-  const std::vector<std::pair<int64_t, int>> order = {{0, 4}, {333, 0}, {700, 2}, {1201, 3}};
-  auto expected = [&](bool ordered) {
-    std::vector<float> out(static_cast<size_t>(rows * width));
-    for (int64_t e = 0; e < rows * width; ++e) {
-      int start = n - 1;
-      if (ordered) {
-        for (const auto& [first, s] : order) {
-          if (first <= e) start = s;
+    // Steps that change inside rows, as ring chunks do.
+    const std::vector<std::pair<int64_t, int>> order = {
+        {0, 4}, {333, 0}, {700, 2}, {1201, 3}, {30011, 1}};
+    auto expected = [&](bool ordered) {
+      std::vector<float> out(static_cast<size_t>(rows * width));
+      for (int64_t e = 0; e < rows * width; ++e) {
+        int start = n - 1;
+        if (ordered) {
+          for (const auto& [first, s] : order) {
+            if (first <= e) start = s;
+          }
         }
+        float acc = 0;
+        bool any = false;
+        for (int j = 0; j < n; ++j) {
+          const int q = ordered ? (start - j + n) % n : j;
+          const float x = inputs[static_cast<size_t>(q)][static_cast<size_t>(e)];
+          const bool row_present = std::any_of(
+              inputs[static_cast<size_t>(q)].begin() + (e / width) * width,
+              inputs[static_cast<size_t>(q)].begin() + (e / width + 1) * width,
+              [](float v) { return v != 0; });
+          if (!row_present) continue;
+          acc = any ? x + acc : x;
+          any = true;
+        }
+        out[static_cast<size_t>(e)] = acc;
       }
-      float acc = 0;
-      bool any = false;
-      for (int j = 0; j < n; ++j) {
-        const int q = ordered ? (start - j + n) % n : j;
-        const float x = inputs[static_cast<size_t>(q)][static_cast<size_t>(e)];
-        const bool row_present = std::any_of(
-            inputs[static_cast<size_t>(q)].begin() + (e / width) * width,
-            inputs[static_cast<size_t>(q)].begin() + (e / width + 1) * width,
-            [](float v) { return v != 0; });
-        if (!row_present) continue;
-        acc = any ? x + acc : x;
-        any = true;
+      return out;
+    };
+    const std::vector<float> want_ordered = expected(true), want_plain = expected(false);
+    ASSERT_NE(want_ordered, want_plain) << "the orders should differ somewhere";
+    testing::RunRanks(Backend::kInProc, n, [&](Communicator& comm) {
+      ZenScheme scheme;
+      std::vector<float> buf = inputs[static_cast<size_t>(comm.rank())];
+      scheme.set_sum_order(order);
+      scheme.SyncDense(comm, buf, rows, width, "ordered");
+      for (size_t i = 0; i < buf.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_ordered[i]))
+            << "element " << i << " rank " << comm.rank();
       }
-      out[static_cast<size_t>(e)] = acc;
-    }
-    return out;
-  };
-  const std::vector<float> want_ordered = expected(true), want_plain = expected(false);
-  ASSERT_NE(want_ordered, want_plain) << "the orders should differ somewhere";
-  testing::RunRanks(Backend::kInProc, n, [&](Communicator& comm) {
-    ZenScheme scheme;
-    std::vector<float> buf = inputs[static_cast<size_t>(comm.rank())];
-    scheme.set_sum_order(order);
-    scheme.SyncDense(comm, buf, rows, width, "ordered");
-    for (size_t i = 0; i < buf.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_ordered[i]))
-          << "element " << i << " rank " << comm.rank();
-    }
-    buf = inputs[static_cast<size_t>(comm.rank())];
-    scheme.SyncDense(comm, buf, rows, width, "plain");  // the order was cleared
-    for (size_t i = 0; i < buf.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_plain[i]))
-          << "element " << i << " rank " << comm.rank();
-    }
-  });
+      buf = inputs[static_cast<size_t>(comm.rank())];
+      scheme.SyncDense(comm, buf, rows, width, "plain");  // the order was cleared
+      for (size_t i = 0; i < buf.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_plain[i]))
+            << "element " << i << " rank " << comm.rank();
+      }
+    });
+  }
 }
 
 TEST(Zen, RankZeroSeedIsAgreedWhateverTheLocalSeeds) {
