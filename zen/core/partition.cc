@@ -131,8 +131,8 @@ RowOwner RowOwner::Permuted(uint64_t seed, int64_t rows, int servers, int block_
 }
 
 void RowOwner::IdBlocksOfKeyBlocksInPlace(std::span<uint64_t> words, int shift) const {
-  // The blocks below units_ in batches (the partial block, at most one
-  // entry per server's message, is left as it is).
+  // The blocks below units_ in batches (the partial block's entries, the
+  // last server's, are left as they are).
   constexpr size_t kBatch = 512;
   uint64_t blocks[kBatch];
   size_t at[kBatch];

@@ -16,7 +16,8 @@
 //     id's neighbours in its block stay its neighbours in the domain, so a
 //     receiver gets each block's rows as one sorted run (ZEN's element-sparse
 //     path puts its result in id order by sorting blocks, not rows); the
-//     price is balance by blocks rather than by rows (ElementBlockBits);
+//     price is balance by blocks rather than by rows (zen chooses b for
+//     width 1 only: ZenScheme::ElementBlockBits);
 //   - Hash(seed, n): the paper's h0 (ServerHash, 4-independent), balanced
 //     too but without arithmetic domain positions (the trace analyzer's
 //     reference; position = id);
