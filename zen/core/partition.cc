@@ -131,6 +131,14 @@ RowOwner RowOwner::Permuted(uint64_t seed, int64_t rows, int servers, int block_
 }
 
 void RowOwner::IdBlocksOfKeyBlocksInPlace(std::span<uint64_t> words, int shift) const {
+  MapBlocksInPlace(words, shift, /*inverse=*/true);
+}
+
+void RowOwner::KeyBlocksOfIdBlocksInPlace(std::span<uint64_t> words, int shift) const {
+  MapBlocksInPlace(words, shift, /*inverse=*/false);
+}
+
+void RowOwner::MapBlocksInPlace(std::span<uint64_t> words, int shift, bool inverse) const {
   // The blocks below units_ in batches (the partial block's entries, the
   // last server's, are left as they are).
   constexpr size_t kBatch = 512;
@@ -147,7 +155,8 @@ void RowOwner::IdBlocksOfKeyBlocksInPlace(std::span<uint64_t> words, int shift) 
       at[count] = i;
       blocks[count++] = block;
     }
-    perm_.InverseInPlace(std::span(blocks, count), 0);
+    (inverse ? perm_.InverseInPlace(std::span(blocks, count), 0)
+             : perm_.ForwardInPlace(std::span(blocks, count), 0));
     for (size_t k = 0; k < count; ++k) {
       words[at[k]] = blocks[k] << shift | (words[at[k]] & low);
     }
@@ -247,6 +256,7 @@ struct CountingPartitioner::Scratch {
   std::vector<KeyItem> order;
   std::vector<KeyItem> sort_scratch;
   std::vector<uint64_t> words, word_scratch;  // the permuted sparse path
+  std::vector<size_t> run_starts;             // its runs of a block (with blocks)
 
   // chunks.size() == n_chunks, each emptied (capacity kept) with zero counts.
   std::vector<ChunkRows>& Reset(int n_chunks, int servers) {
@@ -337,6 +347,10 @@ void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
                                                   const RowOwner& owner, Partitions& out) {
   const size_t m = ids.size();
   const int servers = owner.servers();
+  if (owner.block_bits() > 0) {
+    PartitionSparseBlocks(ids, values, width, owner, out);
+    return;
+  }
   std::vector<uint64_t>& words = scratch_->words;
   words.resize(m);
   for (size_t i = 0; i < m; ++i) words[i] = static_cast<uint64_t>(ids[i]) << 32;
@@ -376,6 +390,65 @@ void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
     }
   }
   out.offsets[static_cast<size_t>(servers)] = static_cast<int64_t>(p);
+}
+
+// Permuted owners with blocks: the sorted ids form runs of one block each,
+// and a block's keys ascend with its ids, so sorting the runs (one word
+// each: the block above the run's ordinal, mapped to its block of keys)
+// orders the rows by server and position; each run's rows are then copied
+// in input order. A server's range is whole blocks, so a run never spans
+// two servers.
+void CountingPartitioner::PartitionSparseBlocks(std::span<const int64_t> ids,
+                                                std::span<const float> values, int64_t width,
+                                                const RowOwner& owner, Partitions& out) {
+  const size_t m = ids.size();
+  const int servers = owner.servers();
+  const int b = owner.block_bits();
+  std::vector<uint64_t>& runs = scratch_->words;
+  std::vector<size_t>& starts = scratch_->run_starts;
+  runs.clear();
+  starts.clear();
+  uint64_t last = ~uint64_t{0};
+  for (size_t i = 0; i < m; ++i) {
+    const uint64_t block = static_cast<uint64_t>(ids[i]) >> b;
+    if (block == last) continue;
+    last = block;
+    runs.push_back(block << 32 | starts.size());
+    starts.push_back(i);
+  }
+  starts.push_back(m);
+  owner.KeyBlocksOfIdBlocksInPlace(runs, 32);
+  SortWordsByBits(runs, scratch_->word_scratch, 32, KeyBits((owner.rows() >> b) + 1));
+  out.servers = servers;
+  out.width = width;
+  out.offsets.assign(static_cast<size_t>(servers) + 1, 0);
+  out.ids.resize(m);
+  out.positions.resize(m);
+  out.values.resize(m * static_cast<size_t>(width));
+  int64_t* out_ids = out.ids.data();
+  int64_t* positions = out.positions.data();
+  float* out_values = out.values.data();
+  const size_t w = static_cast<size_t>(width);
+  const int64_t mask = (int64_t{1} << b) - 1;
+  int s = 0;
+  int64_t start = owner.Start(0), end = owner.Start(1);
+  size_t p = 0;
+  for (const uint64_t run : runs) {
+    const int64_t first = static_cast<int64_t>(run >> 32) << b;  // the block's first key
+    while (first >= end) {  // the next server's range (it holds the block)
+      ++s;
+      out.offsets[static_cast<size_t>(s)] = static_cast<int64_t>(p);
+      start = end;
+      end = owner.Start(s + 1);
+    }
+    const size_t k = static_cast<uint32_t>(run);
+    for (size_t i = starts[k]; i < starts[k + 1]; ++i, ++p) {
+      out_ids[p] = ids[i];
+      positions[p] = (first | (ids[i] & mask)) - start;
+      CopyRow(out_values + p * w, values.data() + i * w, width);
+    }
+  }
+  while (s < servers) out.offsets[static_cast<size_t>(++s)] = static_cast<int64_t>(p);
 }
 
 std::unique_ptr<Partitioner> MakePartitioner(std::string_view kind, int threads) {

@@ -159,6 +159,8 @@ class RowOwner {
   // block: a receiver maps runs, not rows (id = block << block_bits | key's
   // low bits).
   void IdBlocksOfKeyBlocksInPlace(std::span<uint64_t> words, int shift) const;
+  // The other way: blocks of ids to their blocks of keys.
+  void KeyBlocksOfIdBlocksInPlace(std::span<uint64_t> words, int shift) const;
   // True where domains have arithmetic positions (Range, Permuted).
   bool has_domains() const { return kind_ != Kind::kHash; }
 
@@ -188,6 +190,8 @@ class RowOwner {
   }
   // KeysOfIdsInPlace / IdsOfKeysInPlace with blocks.
   void BlocksInPlace(std::span<uint64_t> words, int shift, bool inverse) const;
+  // IdBlocksOfKeyBlocksInPlace / KeyBlocksOfIdBlocksInPlace.
+  void MapBlocksInPlace(std::span<uint64_t> words, int shift, bool inverse) const;
 
   Kind kind_ = Kind::kHash;
   int servers_ = 1;
@@ -252,6 +256,9 @@ class CountingPartitioner final : public Partitioner {
                        const RowOwner& owner, Partitions& out) override;
 
  private:
+  // PartitionSparsePermuted for owners with blocks (one sort of the runs).
+  void PartitionSparseBlocks(std::span<const int64_t> ids, std::span<const float> values,
+                             int64_t width, const RowOwner& owner, Partitions& out);
   // PartitionSparse for Permuted owners of at most 2^32 rows.
   void PartitionSparsePermuted(std::span<const int64_t> ids, std::span<const float> values,
                                int64_t width, const RowOwner& owner, Partitions& out);

@@ -279,11 +279,14 @@ TEST(RowOwner, PermutedBlocksAreRangesOfTheBlockBijection) {
         for (int64_t key = 0; key < rows; key += int64_t{1} << b) {
           blocks.push_back(static_cast<uint64_t>(key >> b) << 32 | (blocks.size() & 0xFF));
         }
+        const std::vector<uint64_t> key_blocks = blocks;
         o.IdBlocksOfKeyBlocksInPlace(blocks, 32);
         for (size_t k = 0; k < blocks.size(); ++k) {
           const int64_t key = static_cast<int64_t>(k) << b;
           ASSERT_EQ(blocks[k], static_cast<uint64_t>(o.IdOfKey(key) >> b) << 32 | (k & 0xFF));
         }
+        o.KeyBlocksOfIdBlocksInPlace(blocks, 32);
+        ASSERT_EQ(blocks, key_blocks);
       }
     }
   }
