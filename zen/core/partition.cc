@@ -19,6 +19,17 @@ constexpr int64_t kMinRowsPerChunk = 16384;
 // inline, with no thread per call.
 constexpr int64_t kMinSparseRowsPerChunk = 1 << 18;
 
+// `out` shaped for m rows of `width` over `servers` (capacity kept; the
+// offsets zero).
+void ShapePartitions(Partitions& out, int servers, int64_t width, size_t m) {
+  out.servers = servers;
+  out.width = width;
+  out.offsets.assign(static_cast<size_t>(servers) + 1, 0);
+  out.ids.resize(m);
+  out.positions.resize(m);
+  out.values.resize(m * static_cast<size_t>(width));
+}
+
 // Per-thread state of the counting partitioner.
 struct ChunkRows {
   std::vector<int64_t> items;      // dense: row ids; sparse: positions in ids
@@ -359,12 +370,7 @@ void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
   // Keys are distinct (so are the ids): sorted by key, the words are in
   // server and position order.
   SortWordsByBits(words, scratch_->word_scratch, 32, KeyBits(owner.rows()));
-  out.servers = servers;
-  out.width = width;
-  out.offsets.assign(static_cast<size_t>(servers) + 1, 0);
-  out.ids.resize(m);
-  out.positions.resize(m);
-  out.values.resize(m * static_cast<size_t>(width));
+  ShapePartitions(out, servers, width, m);
   int64_t* out_ids = out.ids.data();
   int64_t* positions = out.positions.data();
   float* out_values = out.values.data();
@@ -419,12 +425,7 @@ void CountingPartitioner::PartitionSparseBlocks(std::span<const int64_t> ids,
   starts.push_back(m);
   owner.KeyBlocksOfIdBlocksInPlace(runs, 32);
   SortWordsByBits(runs, scratch_->word_scratch, 32, KeyBits((owner.rows() >> b) + 1));
-  out.servers = servers;
-  out.width = width;
-  out.offsets.assign(static_cast<size_t>(servers) + 1, 0);
-  out.ids.resize(m);
-  out.positions.resize(m);
-  out.values.resize(m * static_cast<size_t>(width));
+  ShapePartitions(out, servers, width, m);
   int64_t* out_ids = out.ids.data();
   int64_t* positions = out.positions.data();
   float* out_values = out.values.data();
