@@ -563,18 +563,19 @@ std::span<uint64_t> ZenScheme::ElementWords(const HashDomains& domains, int serv
   // reader); a bad one raises before the words are used.
   const uint64_t start = static_cast<uint64_t>(domains.start(server));
   const float* v = m.row(0);
+  // Keys first (the lambda holds copies: its stores cannot alias them; a
+  // branch-light pass over the index), then the ids.
+  m.ForEachChecked(domains.size(server), server, where, [out, v, start](size_t i, int64_t p) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof(bits));
+    out[i] = (start + static_cast<uint64_t>(p)) << 32 | bits;
+  });
   const std::span<uint64_t> words(out, count);
   const RowOwner& owner = domains.owner();
   if (const int b = owner.block_bits(); b > 0) {
-    // Keys (the lambda holds copies: its stores cannot alias them), then
-    // their runs in a pass over the words in cache (the positions ascend,
-    // so a block's keys are one run), then each run's block of ids
-    // (batched).
-    m.ForEachChecked(domains.size(server), server, where, [out, v, start](size_t i, int64_t p) {
-      uint32_t bits;
-      std::memcpy(&bits, v + i, sizeof(bits));
-      out[i] = (start + static_cast<uint64_t>(p)) << 32 | bits;
-    });
+    // The keys' runs, in a pass over the words in cache (the positions
+    // ascend, so a block's keys are one run), then each run's block of ids
+    // (batched); the words keep their keys.
     const size_t first_run = ws_.runs.size();
     const int shift = 32 + b;
     uint64_t last = ~uint64_t{0};
@@ -588,13 +589,7 @@ std::span<uint64_t> ZenScheme::ElementWords(const HashDomains& domains, int serv
     owner.IdBlocksOfKeyBlocksInPlace(std::span(ws_.runs).subspan(first_run), 32);
     return words;
   }
-  // Keys first (a branch-light pass over the index), then the inverse
-  // permutation, batched (RowPermutation::InverseInPlace).
-  m.ForEachChecked(domains.size(server), server, where, [out, v, start](size_t i, int64_t p) {
-    uint32_t bits;
-    std::memcpy(&bits, v + i, sizeof(bits));
-    out[i] = (start + static_cast<uint64_t>(p)) << 32 | bits;
-  });
+  // The inverse permutation, batched (RowPermutation::InverseInPlace).
   owner.IdsOfKeysInPlace(words, 32);
   return words;
 }
