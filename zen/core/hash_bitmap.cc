@@ -421,16 +421,16 @@ const char* WireValuesName(WireValues v) {
   }
 }
 
-void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v) {
-  if (v == WireValues::kFloat32) return;
+size_t NarrowRowsValuesIn(std::span<std::byte> msg, WireValues v) {
+  if (v == WireValues::kFloat32) return msg.size();
   Header h;
-  std::memcpy(&h, msg.data() + at, sizeof(h));
+  std::memcpy(&h, msg.data(), sizeof(h));
   size_t offset = 0;
   if (!ValuesOffset(h, h.domain_size, offset)) {
     throw InvalidArgument(Where{}, "narrow rows: not an encoded rows message");
   }
   const size_t n = static_cast<size_t>(h.count) * static_cast<size_t>(h.width);
-  std::byte* values = msg.data() + at + offset;
+  std::byte* values = msg.data() + offset;
   // Forward in place: the 16-bit value i lands at or before float i.
   for (size_t i = 0; i < n; ++i) {
     float f;
@@ -439,8 +439,86 @@ void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v) {
     std::memcpy(values + i * sizeof(uint16_t), &u, sizeof(u));
   }
   h.reserved = static_cast<uint16_t>(v);
-  std::memcpy(msg.data() + at, &h, sizeof(h));
-  msg.resize(at + offset + n * sizeof(uint16_t));
+  std::memcpy(msg.data(), &h, sizeof(h));
+  return offset + n * sizeof(uint16_t);
+}
+
+void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v) {
+  if (v == WireValues::kFloat32) return;
+  msg.resize(at + NarrowRowsValuesIn(std::span(msg).subspan(at), v));
+}
+
+void WidenRowsSequence(std::vector<std::byte>& bytes, size_t end, int64_t domain_size,
+                       int64_t width, WireValues v, int server, const Where& where,
+                       std::vector<size_t>& scratch) {
+  if (v == WireValues::kFloat32) return;
+  // Forward: each message's start, narrow size and wide size (scratch, 3 per
+  // message), validated as WidenRowsValues validates a message.
+  scratch.clear();
+  size_t at = 0;
+  while (at < end) {
+    Header h;
+    size_t offset = 0, n = 0, narrow = 0, wide = 0;
+    if (end - at < kRowHeaderBytes) {
+      throw FormatError(where, "row message from server ", server, " at byte ", at,
+                        ": no room for its ", kRowHeaderBytes, "-byte header");
+    }
+    std::memcpy(&h, bytes.data() + at, sizeof(h));
+    if (h.magic != kRowMagic || h.version != kRowVersion ||
+        h.reserved != static_cast<uint16_t>(v) || h.width != width || h.count < 0 ||
+        h.count > domain_size || !ValuesOffset(h, domain_size, offset) ||
+        !TryMul(static_cast<size_t>(h.count), static_cast<size_t>(width), n) ||
+        !TryMul(n, sizeof(uint16_t), narrow) || !TryAdd(offset, narrow, narrow) ||
+        narrow > end - at || !TryAdd(narrow, n * sizeof(uint16_t), wide)) {
+      throw FormatError(where, "row message from server ", server, " at byte ", at,
+                        ": not a message of width ", width, " with ", WireValuesName(v),
+                        " values that fits (format field ", h.reserved, ")");
+    }
+    scratch.insert(scratch.end(), {at, narrow, wide});
+    at = RowsPadded(at + narrow);
+  }
+  if (at != end) {
+    throw FormatError(where, "row message from server ", server,
+                      ": its last message's padding runs past the messages' end");
+  }
+  // Where each widened message starts (after the triples), and their end.
+  const size_t count = scratch.size() / 3;
+  size_t wide_end = 0;
+  for (size_t k = 0; k < count; ++k) {
+    scratch.push_back(wide_end);
+    if (!TryAdd(wide_end, scratch[3 * k + 2], wide_end) || wide_end > SIZE_MAX - 8) {
+      throw FormatError(where, "row message from server ", server, ": widened sizes overflow");
+    }
+    wide_end = RowsPadded(wide_end);
+  }
+  // The bytes after the messages first, then each message from the last
+  // (never moved left: a widened message is larger), widened in place
+  // backward (float i lands at or after the 16-bit value i), padding zeroed.
+  const size_t tail = bytes.size() - end;
+  bytes.resize(wide_end + tail);
+  std::memmove(bytes.data() + wide_end, bytes.data() + end, tail);
+  for (size_t k = count; k-- > 0;) {
+    const size_t from = scratch[3 * k], narrow = scratch[3 * k + 1], wide = scratch[3 * k + 2];
+    const size_t to = scratch[3 * count + k];
+    const size_t next = k + 1 < count ? scratch[3 * count + k + 1] : wide_end;
+    std::memmove(bytes.data() + to, bytes.data() + from, narrow);
+    Header h;
+    std::memcpy(&h, bytes.data() + to, sizeof(h));
+    size_t offset = 0;
+    ValuesOffset(h, domain_size, offset);  // checked above
+    const size_t n = (wide - offset) / sizeof(float);
+    std::byte* values = bytes.data() + to + offset;
+    for (size_t i = n; i-- > 0;) {
+      uint16_t u;
+      std::memcpy(&u, values + i * sizeof(uint16_t), sizeof(u));
+      const float f = v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(u) : HalfBitsToFloat(u);
+      std::memcpy(values + i * sizeof(float), &f, sizeof(f));
+    }
+    h.reserved = 0;
+    std::memcpy(bytes.data() + to, &h, sizeof(h));
+    std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(to + wide),
+              bytes.begin() + static_cast<std::ptrdiff_t>(next), std::byte{0});
+  }
 }
 
 void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t width,
@@ -619,6 +697,38 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                         ": bitmap has bits set past the domain's ", domain_size, " positions");
     }
   }
+  return m;
+}
+
+RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t domain_size,
+                        int server, int64_t width, const Where& where, PositionCheck positions) {
+  if (at > bytes.size() || bytes.size() - at < kRowHeaderBytes) {
+    throw FormatError(where, "row message from server ", server, " at byte ", at, " of ",
+                      bytes.size(), ": no room for its ", kRowHeaderBytes, "-byte header");
+  }
+  Header h;
+  std::memcpy(&h, bytes.data() + at, sizeof(h));
+  // The length its header announces (ParseRows checks the header itself).
+  size_t offset = 0, values = 0, size = 0;
+  if (h.width != width || h.count < 0 || !ValuesOffset(h, domain_size, offset) ||
+      !TryMul(static_cast<size_t>(h.count), static_cast<size_t>(width), values) ||
+      !TryMul(values, sizeof(float), values) || !TryAdd(offset, values, size) ||
+      size > bytes.size() - at) {
+    throw FormatError(where, "row message from server ", server, " at byte ", at, " of ",
+                      bytes.size(), ": its header (encoding ", int{h.encoding}, ", ", h.count,
+                      " rows of width ", h.width, ") does not announce a message that fits");
+  }
+  const RowsMessage m =
+      ParseRows(bytes.subspan(at, size), domain_size, server, width, where, positions);
+  const size_t end = RowsPadded(at + size);
+  if (end > bytes.size() ||
+      std::any_of(bytes.begin() + static_cast<std::ptrdiff_t>(at + size),
+                  bytes.begin() + static_cast<std::ptrdiff_t>(end),
+                  [](std::byte b) { return b != std::byte{0}; })) {
+    throw FormatError(where, "row message from server ", server, " at byte ", at,
+                      ": the padding after it is missing or not zero");
+  }
+  at = end;
   return m;
 }
 

@@ -268,6 +268,19 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                       int64_t width, const Where& where,
                       PositionCheck positions = PositionCheck::kNow);
 
+// Messages back to back, each starting 8-byte aligned (ZEN's grouped
+// pull, zen/schemes/zen.h): RowsPadded(size) is where the next one starts.
+inline size_t RowsPadded(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
+// The float32 message starting at byte `at` of `bytes`, parsed as ParseRows
+// does, and `at` moved past it and its padding (zero bytes up to the next
+// multiple of 8, inside `bytes`). FormatError, prefixed by `where` and
+// naming `server`, for a header that does not fit, a message or padding
+// running past the end, padding that is not zero, or anything ParseRows
+// refuses.
+RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t domain_size,
+                        int server, int64_t width, const Where& where,
+                        PositionCheck positions = PositionCheck::kNow);
+
 // Values on the wire at half width (opt-in, e.g. torch's bf16 compression
 // composed with ZEN's sparsity): a message is encoded with float32 values as
 // usual, then narrowed in place (its values become 16-bit, the message
@@ -281,6 +294,20 @@ const char* WireValuesName(WireValues v);  // "float32", "bfloat16", "float16"
 // EncodeRows/LayoutRows: its values narrowed; msg is resized. No-op for
 // kFloat32.
 void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v);
+// The message occupying exactly `msg`, narrowed in place; returns its new
+// size (msg.size() for kFloat32).
+size_t NarrowRowsValuesIn(std::span<std::byte> msg, WireValues v);
+// Narrowed messages back to back in bytes[0, end) (each starting 8-byte
+// aligned, RowsPadded; ZEN's grouped pull), widened back in place: bytes
+// grows, each message moves to its widened place (still back to back and
+// aligned, the padding zeroed) and what followed `end` (a trailer) follows
+// them. FormatError, prefixed by `where` and naming `server`, for a header
+// that is not a narrowed message of `width` over `domain_size`, or sizes
+// that do not add up to `end`. `scratch` is reused (no allocation once it
+// has grown). No-op for kFloat32.
+void WidenRowsSequence(std::vector<std::byte>& bytes, size_t end, int64_t domain_size,
+                       int64_t width, WireValues v, int server, const Where& where,
+                       std::vector<size_t>& scratch);
 // A narrowed message (the whole of msg) widened back in place. FormatError,
 // prefixed by `where` and naming `server`, when the header or the size does
 // not match a narrowed message of `width` over `domain_size`. No-op for

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
+
+#include "zen/core/half.h"
 
 namespace zen {
 namespace {
@@ -477,6 +480,107 @@ TEST_F(MalformedTest, RandomCorruptionNeverCrashes) {
   }
   EXPECT_GT(rejected, 0);
   EXPECT_GT(accepted, 0);
+}
+
+// Messages back to back (ZEN's grouped pull): each read in turn with
+// ParseRowsAt (8-byte aligned, padding zero), narrowed one by one and
+// packed, then widened back as a sequence with a trailer after them: the
+// same positions, the values rounded to the wire format.
+TEST(RowsSequence, ParseNarrowAndWidenBackToBack) {
+  const int64_t domain = 1000, width = 3;
+  const std::vector<std::vector<int64_t>> groups = {{1, 5, 900}, {}, {7}, {2, 3, 4, 998, 999}};
+  std::vector<std::byte> all;
+  std::vector<size_t> starts;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    starts.push_back(all.size());
+    std::vector<std::byte> m;
+    const std::vector<float> v = Values(groups[g].size(), width, 0.1f + static_cast<float>(g));
+    EncodeRows(domain, width, groups[g], v, EncodingChoice::kAuto, m);
+    all.insert(all.end(), m.begin(), m.end());
+    all.resize(RowsPadded(all.size()), std::byte{0});
+  }
+  const size_t end = all.size();
+  auto expect_groups = [&](std::span<const std::byte> bytes, WireValues v) {
+    size_t at = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const RowsMessage m = ParseRowsAt(bytes, at, domain, 0, width, Where{});
+      ASSERT_EQ(m.count, static_cast<int64_t>(groups[g].size()));
+      std::vector<int64_t> got;
+      m.ForEach([&](size_t, int64_t p) { got.push_back(p); });
+      EXPECT_EQ(got, groups[g]);
+      const std::vector<float> want = Values(groups[g].size(), width, 0.1f + static_cast<float>(g));
+      for (size_t i = 0; i < want.size(); ++i) {
+        const float x = want[i];
+        const float r =
+            v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(FloatToBfloat16Bits(x)) : x;
+        EXPECT_EQ(reinterpret_cast<const float*>(m.values)[i], r) << "group " << g;
+      }
+      EXPECT_EQ(at % 8, 0u);
+    }
+    EXPECT_EQ(at, bytes.size());
+  };
+  expect_groups(std::span(all).first(end), WireValues::kFloat32);
+
+  // Narrowed in place and packed, then a trailer; widened back.
+  std::vector<std::byte> narrow = all;
+  size_t out = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t next = g + 1 < groups.size() ? starts[g + 1] : end;
+    std::vector<std::byte> one(narrow.begin() + static_cast<long>(starts[g]),
+                               narrow.begin() + static_cast<long>(next));
+    const size_t size = NarrowRowsValuesIn(std::span(one).first(one.size()), WireValues::kBfloat16);
+    if (!groups[g].empty()) {
+      ASSERT_LT(size, next - starts[g]);
+    }
+    std::copy(one.begin(), one.begin() + static_cast<long>(size),
+              narrow.begin() + static_cast<long>(out));
+    const size_t padded = RowsPadded(out + size);
+    std::fill(narrow.begin() + static_cast<long>(out + size),
+              narrow.begin() + static_cast<long>(padded), std::byte{0});
+    out = padded;
+  }
+  narrow.resize(out);
+  const std::array<std::byte, 8> trailer = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4},
+                                            std::byte{5}, std::byte{6}, std::byte{7}, std::byte{8}};
+  narrow.insert(narrow.end(), trailer.begin(), trailer.end());
+  std::vector<size_t> scratch;
+  std::vector<std::byte> wide = narrow;
+  WidenRowsSequence(wide, out, domain, width, WireValues::kBfloat16, 0, Where{}, scratch);
+  ASSERT_EQ(wide.size(), end + trailer.size());
+  EXPECT_TRUE(std::equal(trailer.begin(), trailer.end(), wide.end() - 8));
+  expect_groups(std::span(wide).first(end), WireValues::kBfloat16);
+
+  // Malformed sequences: a cut, a wrong format field, garbage after the
+  // last message; and ParseRowsAt's padding and bounds.
+  std::vector<std::byte> cut = narrow;
+  EXPECT_THROW(WidenRowsSequence(cut, out - 8, domain, width, WireValues::kBfloat16, 0, Where{},
+                                 scratch),
+               FormatError);
+  std::vector<std::byte> f16 = narrow;
+  EXPECT_THROW(
+      WidenRowsSequence(f16, out, domain, width, WireValues::kFloat16, 0, Where{}, scratch),
+      FormatError);
+  std::vector<std::byte> extra = narrow;
+  EXPECT_THROW(WidenRowsSequence(extra, out + 8, domain, width, WireValues::kBfloat16, 0, Where{},
+                                 scratch),
+               FormatError);
+  size_t past = end;  // no room for a header there
+  EXPECT_THROW(ParseRowsAt(std::span(all).first(end), past, domain, 0, width, Where{}),
+               FormatError);
+  {
+    // A message whose size is not a multiple of 8 gets a non-zero pad byte.
+    std::vector<std::byte> m;
+    EncodeRows(domain, width, std::vector<int64_t>{3}, Values(1, width, 1.0f),
+               EncodingChoice::kCoo, m);
+    const size_t first_end = m.size();
+    ASSERT_NE(first_end % 8, 0u);
+    m.resize(RowsPadded(first_end), std::byte{0});
+    size_t p = 0;
+    EXPECT_NO_THROW(ParseRowsAt(m, p, domain, 0, width, Where{}));
+    m[first_end] = std::byte{1};
+    p = 0;
+    EXPECT_THROW(ParseRowsAt(m, p, domain, 0, width, Where{}), FormatError);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/core/half.h"
 
 namespace zen {
 namespace {
@@ -37,6 +38,24 @@ int64_t CooBound(int64_t count, int64_t width) {
     return kAnyBytes;
   }
   return static_cast<int64_t>(total);
+}
+
+// The largest pull piece of wide rows: a COO message of `count` rows plus a
+// grouped pull's n + 1 headers, their padding and the trailer; saturates.
+int64_t PiecesBound(int64_t count, int64_t width, int n) {
+  const int64_t coo = CooBound(count, width);
+  const int64_t extra =
+      (static_cast<int64_t>(n) + 1) * (static_cast<int64_t>(kRowHeaderBytes) + 8) + 8;
+  return coo > kAnyBytes - extra ? kAnyBytes : coo + extra;
+}
+
+// The 8 bytes that end a wide-rows pull: 'ZENG' and the number of groups
+// (0: one plain message before it; n: the grouped pull of zen.h).
+constexpr uint32_t kGroupsMagic = 0x474E455A;  // "ZENG" in memory order
+constexpr size_t kTrailerBytes = 8;
+void WriteTrailer(std::byte* at, uint32_t groups) {
+  std::memcpy(at, &kGroupsMagic, sizeof(kGroupsMagic));
+  std::memcpy(at + sizeof(kGroupsMagic), &groups, sizeof(groups));
 }
 
 // A message with no bytes is how a peer says it failed in this call (every
@@ -128,8 +147,18 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   const Snapshot before_push = Take(comm);
   const Tag push_tag =
       PostAllToAllV(comm, ws.push_recv, CooBound(domains.size(r), width), ws.push_requests);
-  const Tag pull_tag = PostAllGatherV(comm, ws.pull_recv, CooBound(domains.max_size(), width),
-                                      ws.pull_requests);
+  // Wide rows: the pull in two pieces per peer (a grouped pull leaves the
+  // peer's own sole rows out; zen.h), the same shape on every rank.
+  const bool pieces = width > 1;
+  Tag pull_tag = 0;
+  PieceTags pull_pieces;
+  if (pieces) {
+    pull_pieces = PostAllToAllVPieces(comm, ws.pull_recv, ws.pull_tail,
+                                      PiecesBound(domains.max_size(), width, n), ws.pull_requests);
+  } else {
+    pull_tag = PostAllGatherV(comm, ws.pull_recv, CooBound(domains.max_size(), width),
+                              ws.pull_requests);
+  }
   bool push_sent = false, pull_sent = false;
   Snapshot after_push, after_pull;
   try {
@@ -183,10 +212,14 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
            std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
     }
     // The sum is written straight into the pull message.
+    ws.group_starts.clear();
     const int64_t served = !sum_order_.empty() ? AggregateInSumOrder(domains, r, width)
                            : compact ? AggregateElements(domains.size(r), r)
-                                     : AggregateRows(domains.size(r), width);
-    WriteRowsIndex(domains.size(r), width, ws.served_positions, ws.pull_layout, ws.pull_send);
+                                     : AggregateRows(domains.size(r), width, r);
+    const bool grouped = !ws.group_starts.empty();  // its indexes written already
+    if (!grouped) {
+      WriteRowsIndex(domains.size(r), width, ws.served_positions, ws.pull_layout, ws.pull_send);
+    }
     stats_.served_rows = served;
     stats_.aggregate_seconds = Since(t0);
 
@@ -196,20 +229,57 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     t0 = Clock::now();
     double handed_on = 0;  // seconds spent parsing and in on_pulled
     stats_.pull_encoding = ws.pull_layout.encoding;
-    NarrowRowsValues(ws.pull_send, 0, options_.wire_values);
+    if (!grouped) NarrowRowsValues(ws.pull_send, 0, options_.wire_values);  // grouped: done
+    stats_.pull_rows_sent = served * (n - 1);
+    if (grouped) {
+      for (int d = 0; d < n; ++d) {
+        if (d == r) continue;
+        stats_.pull_rows_sent -= static_cast<int64_t>(ws.class_rows[1 + static_cast<size_t>(d)]);
+      }
+    }
+    // Half-width values: a receiver's own sole rows, left out of a grouped
+    // pull, must be what the others receive: its values rounded to the
+    // wire's format and back (the pushes are encoded already, and this
+    // server's own part is summed).
+    if (pieces && options_.wire_values != WireValues::kFloat32) RoundPushedValues(r, width);
+    // A plain pull's end (wide rows: the trailer follows it).
+    const size_t plain_end = ws.pull_send.size();
+    if (pieces && !grouped) {
+      ws.pull_send.resize(plain_end + kTrailerBytes);
+      WriteTrailer(ws.pull_send.data() + plain_end, 0);
+    }
     ws.pulled.resize(un);
-    pull_sent = true;
-    FinishAllGatherVEach(comm, pull_tag, ws.pull_send, ws.pull_requests, [&](int j) {
+    ws.pulled_groups.resize(un);
+    for (std::vector<RowsMessage>& g : ws.pulled_groups) g.clear();
+    ws.pulled_own_sole.assign(un, 0);
+    auto on_message = [&](int j) {
       const auto t = Clock::now();
-      const RowsMessage m = ReadPeerMessage(ws.pull_recv[static_cast<size_t>(j)], "pull", j,
-                                            domains.size(j), j, width, where, pulled_positions);
+      const RowsMessage m =
+          pieces ? ReadPeerPieces(j, domains.size(j), width, where, r)
+                 : ReadPeerMessage(ws.pull_recv[static_cast<size_t>(j)], "pull", j,
+                                   domains.size(j), j, width, where, pulled_positions);
       ws.pulled[static_cast<size_t>(j)] = m;
       (m.encoding == RowEncoding::kHashBitmap   ? stats_.pull_bitmap_messages
        : m.encoding == RowEncoding::kEliasFano ? stats_.pull_elias_fano_messages
                                                : stats_.pull_coo_messages)++;
       on_pulled(domains, j);
       handed_on += Since(t);
-    });
+    };
+    pull_sent = true;
+    if (pieces) {
+      const std::span<const std::byte> all(ws.pull_send);
+      FinishAllToAllVPiecesEach(
+          comm, pull_pieces,
+          [&](int d) {
+            if (!grouped) return Pieces{all.first(plain_end), all.subspan(plain_end)};
+            // Before d's sole rows and after them (the trailer included).
+            const size_t q = static_cast<size_t>(d);
+            return Pieces{all.first(ws.group_starts[1 + q]), all.subspan(ws.group_starts[2 + q])};
+          },
+          ws.pull_requests, on_message);
+    } else {
+      FinishAllGatherVEach(comm, pull_tag, ws.pull_send, ws.pull_requests, on_message);
+    }
     after_pull = Take(comm);
     stats_.pull_seconds = Since(t0) - handed_on;
     stats_.decode_seconds += handed_on;
@@ -217,9 +287,26 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     // Every rank, this server included, uses the rounded sums it sent (the
     // sends are complete: its message may be widened in place).
     t0 = Clock::now();
-    WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
-    ws.pulled[static_cast<size_t>(r)] =
-        ParseRows(ws.pull_send, domains.size(r), r, width, where, pulled_positions);
+    ws.pulled_groups[static_cast<size_t>(r)].clear();
+    if (grouped) {
+      // All of it: the shared rows, then every rank's sole rows (this
+      // server's own among them).
+      WidenRowsSequence(ws.pull_send, ws.group_starts[un + 1], domains.size(r), width,
+                        options_.wire_values, r, where, ws.widen_scratch);
+      const std::span<const std::byte> all =
+          std::span<const std::byte>(ws.pull_send).first(ws.pull_send.size() - kTrailerBytes);
+      size_t at = 0;
+      ws.pulled[static_cast<size_t>(r)] = ParseRowsAt(all, at, domains.size(r), r, width, where);
+      for (size_t q = 0; q < un; ++q) {
+        ws.pulled_groups[static_cast<size_t>(r)].push_back(
+            ParseRowsAt(all, at, domains.size(r), r, width, where));
+      }
+    } else {
+      ws.pull_send.resize(plain_end);
+      WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
+      ws.pulled[static_cast<size_t>(r)] =
+          ParseRows(ws.pull_send, domains.size(r), r, width, where, pulled_positions);
+    }
     on_pulled(domains, r);
     stats_.decode_seconds += Since(t0);
   } catch (const TransportError&) {
@@ -229,7 +316,9 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     // message, a limit): an empty message in each round not yet sent tells
     // every peer now, so that every rank raises instead of waiting out the
     // timeout; then the original error.
-    TellPeersThisRankFailed(comm, push_sent ? nullptr : &push_tag, pull_sent ? nullptr : &pull_tag);
+    TellPeersThisRankFailed(comm, push_sent ? nullptr : &push_tag,
+                            pull_sent || pieces ? nullptr : &pull_tag,
+                            pull_sent || !pieces ? nullptr : &pull_pieces);
     throw;
   }
 
@@ -248,7 +337,8 @@ RowsMessage ZenScheme::ReadPeerMessage(ByteBuffer& message, const char* round, i
 }
 
 void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
-                                        const Tag* pull_tag) noexcept {
+                                        const Tag* pull_tag,
+                                        const PieceTags* pull_pieces) noexcept {
   try {
     if (push_tag != nullptr) {
       const std::vector<ByteBuffer> empty(static_cast<size_t>(comm.size()));
@@ -258,16 +348,117 @@ void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
   }
   try {
     if (pull_tag != nullptr) FinishAllGatherV(comm, *pull_tag, {}, ws_.pull_requests);
+    if (pull_pieces != nullptr) {
+      FinishAllToAllVPiecesEach(
+          comm, *pull_pieces, [](int) { return Pieces{}; }, ws_.pull_requests, [](int) {});
+    }
   } catch (...) {
   }
 }
 
-int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width) {
+RowsMessage ZenScheme::ReadPeerPieces(int server, int64_t domain_size, int64_t width,
+                                      const Where& where, int receiver) {
+  const size_t j = static_cast<size_t>(server);
+  ByteBuffer& first = ws_.pull_recv[j];
+  ByteBuffer& second = ws_.pull_tail[j];
+  CheckNotFailed(first, "pull", server, where);
+  CheckNotFailed(second, "pull", server, where);
+  uint32_t magic = 0, groups = 0;
+  if (second.size() >= kTrailerBytes) {
+    const std::byte* t = second.data() + second.size() - kTrailerBytes;
+    std::memcpy(&magic, t, sizeof(magic));
+    std::memcpy(&groups, t + sizeof(magic), sizeof(groups));
+  }
+  const size_t n = ws_.pulled.size();
+  if (magic != kGroupsMagic || (groups != 0 && groups != n)) {
+    throw FormatError(where, "zen: pull from server ", server, ": its second piece (",
+                      second.size(), " bytes) does not end with a trailer of 0 or ", n,
+                      " groups (magic 0x", std::hex, magic, std::dec, ", groups ", groups, ")");
+  }
+  std::vector<RowsMessage>& got = ws_.pulled_groups[j];
+  got.clear();
+  if (groups == 0) {
+    if (second.size() != kTrailerBytes) {
+      throw FormatError(where, "zen: plain pull from server ", server, ": its second piece has ",
+                        second.size(), " bytes, expected the ", kTrailerBytes, "-byte trailer");
+    }
+    return ReadPeerMessage(first, "pull", server, domain_size, server, width, where);
+  }
+  // The shared rows and the sole rows of ranks [0, receiver) in the first
+  // piece, those of (receiver, n) in the second, before the trailer
+  // (half-width values widened first).
+  WidenRowsSequence(first, first.size(), domain_size, width, options_.wire_values, server, where,
+                    ws_.widen_scratch);
+  WidenRowsSequence(ws_.pull_tail[j], second.size() - kTrailerBytes, domain_size, width,
+                    options_.wire_values, server, where, ws_.widen_scratch);
+  size_t at = 0;
+  const RowsMessage shared = ParseRowsAt(first, at, domain_size, server, width, where);
+  for (int q = 0; q < receiver; ++q) {
+    got.push_back(ParseRowsAt(first, at, domain_size, server, width, where));
+  }
+  if (at != first.size()) {
+    throw FormatError(where, "zen: grouped pull from server ", server, ": ",
+                      first.size() - at, " bytes after the groups of its first piece");
+  }
+  const std::span<const std::byte> rest =
+      std::span<const std::byte>(second).first(second.size() - kTrailerBytes);
+  at = 0;
+  for (size_t q = static_cast<size_t>(receiver) + 1; q < n; ++q) {
+    got.push_back(ParseRowsAt(rest, at, domain_size, server, width, where));
+  }
+  if (at != rest.size()) {
+    throw FormatError(where, "zen: grouped pull from server ", server, ": ", rest.size() - at,
+                      " bytes after the groups of its second piece");
+  }
+  ws_.pulled_own_sole[j] = 1;
+  return shared;
+}
+
+void ZenScheme::RoundPushedValues(int server, int64_t width) {
+  Workspace& ws = ws_;
+  const WireValues v = options_.wire_values;
+  const size_t w = static_cast<size_t>(width);
+  const int n = static_cast<int>(ws.mine.offsets.size()) - 1;
+  for (int j = 0; j < n; ++j) {
+    if (j == server) continue;
+    const auto first = static_cast<size_t>(ws.mine.offsets[static_cast<size_t>(j)]);
+    float* x = ws.mine.values.data() + first * w;
+    const size_t count = static_cast<size_t>(ws.mine.count(j)) * w;
+    for (size_t i = 0; i < count; ++i) {
+      x[i] = v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(FloatToBfloat16Bits(x[i]))
+                                        : HalfBitsToFloat(FloatToHalfBits(x[i]));
+    }
+  }
+}
+
+bool ZenScheme::GroupsPay(size_t left_out_bytes, int servers) const {
+  // Each peer's copy carries n + 1 headers and their padding instead of one
+  // (at most 40 bytes each) and the trailer either way.
+  const size_t peers = static_cast<size_t>(servers) - 1;
+  return config_.sole_rows_stay_home && config_.pull_encoding != EncodingChoice::kHashBitmap &&
+         left_out_bytes > peers * static_cast<size_t>(servers) * (kRowHeaderBytes + 8);
+}
+
+void ZenScheme::WriteGroupedIndexes(int64_t domain_size, int64_t width) {
+  Workspace& ws = ws_;
+  const size_t classes = ws.class_rows.size();
+  size_t first = 0;
+  for (size_t c = 0; c < classes; ++c) {
+    const RowsLayout& layout = ws.class_layouts[c];
+    WriteRowsIndex(domain_size, width,
+                   std::span<const int64_t>(ws.class_positions).subspan(first, ws.class_rows[c]),
+                   layout, std::span(ws.pull_send).subspan(ws.group_starts[c], layout.bytes));
+    first += ws.class_rows[c];
+  }
+  WriteTrailer(ws.pull_send.data() + ws.group_starts[classes], static_cast<uint32_t>(classes - 1));
+}
+
+int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width, int server) {
   Workspace& ws = ws_;
   size_t total = 0;
   for (const RowsView& part : ws.parts) total += part.ids.size();
   if (domain_size <= (int64_t{1} << 32) && total < (size_t{1} << 32)) {
-    return AggregateRowsSorted(domain_size, width, total);
+    return AggregateRowsSorted(domain_size, width, total, server);
   }
   // A keys-only merge counts the union (which fixes the encoding and the
   // values' offset); the second merge writes the summed values where they
@@ -282,7 +473,8 @@ int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width) {
   return served;
 }
 
-int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total) {
+int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total,
+                                       int server) {
   // One word per incoming row, its position above its index in agg_rows,
   // radix-sorted by position (stable: equal positions keep the parts' rank
   // order), then one pass counts the union and one sums each run of equal
@@ -292,19 +484,21 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   // and ran twice (count, then sum); this is a few streaming passes.
   Workspace& ws = ws_;
   const size_t w = static_cast<size_t>(width);
+  const size_t parts = ws.parts.size();
   ws.words.resize(total);
   ws.agg_rows.resize(total);
+  ws.part_ends.resize(parts);
   size_t k = 0;
-  for (const RowsView& part : ws.parts) {
-    const float* v = part.values.data();
-    for (const int64_t p : part.ids) {
+  for (size_t q = 0; q < parts; ++q) {
+    const float* v = ws.parts[q].values.data();
+    for (const int64_t p : ws.parts[q].ids) {
       ws.words[k] = static_cast<uint64_t>(p) << 32 | k;
       ws.agg_rows[k++] = v;
       v += w;
     }
+    ws.part_ends[q] = k;
   }
   SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
-  float* out = LayoutServed(domain_size, width);
   const uint64_t* words = ws.words.data();
   const float* const* rows = ws.agg_rows.data();
   // The rows are read in position order, i.e. at random: prefetched ahead.
@@ -313,15 +507,131 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
     if (i + kAhead < total) __builtin_prefetch(rows[static_cast<uint32_t>(words[i + kAhead])]);
     return rows[static_cast<uint32_t>(words[i])];
   };
-  for (size_t i = 0; i < total; out += w) {
-    const uint64_t p = words[i] >> 32;
-    CopyRow(out, row(i), width);
-    for (++i; i < total && (words[i] >> 32) == p; ++i) {
-      const float* src = row(i);
-      for (size_t c = 0; c < w; ++c) out[c] += src[c];
+  // Sums each run of equal positions into place(served row index).
+  auto sum_runs = [&](auto place) {
+    size_t s = 0;
+    for (size_t i = 0; i < total; ++s) {
+      const uint64_t p = words[i] >> 32;
+      float* out = place(s);
+      CopyRow(out, row(i), width);
+      for (++i; i < total && (words[i] >> 32) == p; ++i) {
+        const float* src = row(i);
+        for (size_t c = 0; c < w; ++c) out[c] += src[c];
+      }
     }
+  };
+  if (parts < 2 || !GroupsPay(SIZE_MAX, static_cast<int>(parts))) {  // never pays
+    float* out = LayoutServed(domain_size, width);
+    sum_runs([&](size_t s) { return out + s * w; });
+    return static_cast<int64_t>(ws.served_positions.size());
   }
-  return static_cast<int64_t>(ws.served_positions.size());
+  // Each served row's class: shared (two or more contributors) or the sole
+  // row of the rank whose part holds it.
+  ws.served_positions.resize(total);  // at most one per word; cut below
+  ws.served_class.resize(total);
+  ws.class_rows.assign(parts + 1, 0);
+  size_t served = 0;
+  for (size_t i = 0; i < total; ++served) {
+    const uint64_t p = words[i] >> 32;
+    const size_t first = i;
+    for (++i; i < total && (words[i] >> 32) == p; ++i) {
+    }
+    uint32_t c = 0;
+    if (i - first == 1) {
+      const size_t index = static_cast<uint32_t>(words[first]);
+      c = 1 + static_cast<uint32_t>(std::upper_bound(ws.part_ends.begin(), ws.part_ends.end(),
+                                                     index) -
+                                    ws.part_ends.begin());
+    }
+    ws.served_positions[served] = static_cast<int64_t>(p);
+    ws.served_class[served] = c;
+    ++ws.class_rows[c];
+  }
+  ws.served_positions.resize(served);
+  ws.served_class.resize(served);
+  size_t left_out = 0;  // rows not sent back to their sole contributor
+  for (size_t q = 0; q < parts; ++q) {
+    if (q != static_cast<size_t>(server)) left_out += ws.class_rows[1 + q];
+  }
+  if (!GroupsPay(left_out * w * sizeof(float), static_cast<int>(parts))) {
+    float* out = LayoutServedPositions(domain_size, width);
+    sum_runs([&](size_t s) { return out + s * w; });
+    return static_cast<int64_t>(served);
+  }
+  // Grouped: each class a message of its own, back to back, 8-byte
+  // aligned, then the trailer; the padding zeroed.
+  const size_t classes = parts + 1;
+  ws.class_layouts.resize(classes);
+  ws.group_starts.resize(classes + 1);
+  size_t end = 0;
+  for (size_t c = 0; c < classes; ++c) {
+    ws.class_layouts[c] = LayoutRows(domain_size, static_cast<int64_t>(ws.class_rows[c]), width,
+                                     config_.pull_encoding);
+    ws.group_starts[c] = end;
+    end = RowsPadded(end + ws.class_layouts[c].bytes);
+  }
+  ws.group_starts[classes] = end;
+  ws.pull_send.resize(end + kTrailerBytes);
+  for (size_t c = 0; c < classes; ++c) {
+    const size_t used = ws.group_starts[c] + ws.class_layouts[c].bytes;
+    std::fill(ws.pull_send.begin() + static_cast<std::ptrdiff_t>(used),
+              ws.pull_send.begin() + static_cast<std::ptrdiff_t>(ws.group_starts[c + 1]),
+              std::byte{0});
+  }
+  ws.pull_layout = ws.class_layouts[0];
+  // The positions grouped by class (each group ascending), and where each
+  // class's next row goes.
+  ws.class_positions.resize(served);
+  ws.class_slots.resize(classes);
+  size_t first = 0;
+  for (size_t c = 0; c < classes; ++c) {
+    ws.class_slots[c] = first;
+    first += ws.class_rows[c];
+  }
+  for (size_t s = 0; s < served; ++s) {
+    ws.class_positions[ws.class_slots[ws.served_class[s]]++] = ws.served_positions[s];
+  }
+  // Each class's next row (a pointer into its message's values).
+  ws.class_next.resize(classes);
+  for (size_t c = 0; c < classes; ++c) {
+    ws.class_next[c] = reinterpret_cast<float*>(ws.pull_send.data() + ws.group_starts[c] +
+                                                ws.class_layouts[c].values_offset);
+  }
+  const uint32_t* cls = ws.served_class.data();
+  float** next = ws.class_next.data();
+  sum_runs([&](size_t s) {
+    float* out = next[cls[s]];
+    next[cls[s]] = out + w;
+    return out;
+  });
+  WriteGroupedIndexes(domain_size, width);
+  NarrowGroupedPull();
+  return static_cast<int64_t>(served);
+}
+
+void ZenScheme::NarrowGroupedPull() {
+  const WireValues v = options_.wire_values;
+  if (v == WireValues::kFloat32) return;
+  // Each message narrowed in place and moved down to the end of the one
+  // before (never right: narrowing shrinks), padding zeroed; then the
+  // trailer.
+  Workspace& ws = ws_;
+  const size_t classes = ws.class_layouts.size();
+  size_t out = 0;
+  for (size_t c = 0; c < classes; ++c) {
+    const size_t at = ws.group_starts[c];
+    const size_t size =
+        NarrowRowsValuesIn(std::span(ws.pull_send).subspan(at, ws.class_layouts[c].bytes), v);
+    std::memmove(ws.pull_send.data() + out, ws.pull_send.data() + at, size);
+    ws.group_starts[c] = out;
+    const size_t end = RowsPadded(out + size);
+    std::fill(ws.pull_send.begin() + static_cast<std::ptrdiff_t>(out + size),
+              ws.pull_send.begin() + static_cast<std::ptrdiff_t>(end), std::byte{0});
+    out = end;
+  }
+  ws.group_starts[classes] = out;
+  ws.pull_send.resize(out + kTrailerBytes);
+  WriteTrailer(ws.pull_send.data() + out, static_cast<uint32_t>(classes - 1));
 }
 
 float* ZenScheme::LayoutServed(int64_t domain_size, int64_t width) {
@@ -500,8 +810,9 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
 }
 
 template <typename Fn>
-void ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn) const {
-  const RowsMessage& m = ws_.pulled[static_cast<size_t>(server)];
+size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn,
+                                   bool own_sole_rows) const {
+  const size_t j = static_cast<size_t>(server);
   const uint64_t start = static_cast<uint64_t>(domains.start(server));
   const RowOwner& owner = domains.owner();
   // The rows' ids are computed in batches (the permutation's batched
@@ -509,18 +820,47 @@ void ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn
   // than copying a narrow row (width 4, rows 3M: a quarter of zen's CPU).
   constexpr size_t kBatch = 512;
   uint64_t ids[kBatch];
-  size_t n = 0, first = 0;  // rows in the batch; the message's row index of the first
+  const float* rows[kBatch];
+  size_t n = 0;  // rows in the batch
   auto flush = [&] {
     owner.IdsOfKeysInPlace(std::span(ids, n), 0);
-    for (size_t j = 0; j < n; ++j) fn(static_cast<int64_t>(ids[j]), m.row(first + j));
-    first += n;
+    for (size_t k = 0; k < n; ++k) fn(static_cast<int64_t>(ids[k]), rows[k]);
     n = 0;
   };
-  m.ForEach([&](size_t, int64_t p) {
-    ids[n++] = start + static_cast<uint64_t>(p);
+  auto add = [&](const RowsMessage& m, size_t i, int64_t p) {
+    ids[n] = start + static_cast<uint64_t>(p);
+    rows[n++] = m.row(i);
     if (n == kBatch) flush();
-  });
+  };
+  const RowsMessage& shared = ws_.pulled[j];
+  size_t sole = 0;  // this rank's sole rows
+  if (ws_.pulled_own_sole[j] != 0) {
+    // This rank's sole rows, left out of the pull: the positions it pushed
+    // here that are not shared (both ascending), its own ids and values.
+    const Partitions& mine = ws_.mine;
+    const std::span<const int64_t> pushed = mine.positions_of(server);
+    const int64_t* own_ids = mine.ids.data() + mine.offsets[j];
+    const float* own = mine.values_of(server).data();
+    const size_t w = static_cast<size_t>(shared.width);
+    auto own_row = [&](size_t o) {
+      ++sole;
+      if (own_sole_rows) fn(own_ids[o], own + o * w);
+    };
+    size_t o = 0;
+    shared.ForEach([&](size_t i, int64_t p) {
+      for (; o < pushed.size() && pushed[o] < p; ++o) own_row(o);
+      if (o < pushed.size() && pushed[o] == p) ++o;
+      add(shared, i, p);
+    });
+    for (; o < pushed.size(); ++o) own_row(o);
+  } else {
+    shared.ForEach([&](size_t i, int64_t p) { add(shared, i, p); });
+  }
+  for (const RowsMessage& g : ws_.pulled_groups[j]) {
+    g.ForEach([&](size_t i, int64_t p) { add(g, i, p); });
+  }
   if (n > 0) flush();
+  return sole;
 }
 
 std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
@@ -736,9 +1076,20 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   }
   stats_.decode_seconds += Since(t0);
   stats_.result_rows = static_cast<int64_t>(ids.size());
-  // Sorted and unique by construction (the servers' domains are disjoint and
-  // each message's positions were checked strictly ascending, by ParseRows
-  // or as they were read): no checking pass.
+  // Sorted, and unique by construction where each server's rows are one
+  // message (the servers' domains are disjoint and each message's positions
+  // were checked strictly ascending, by ParseRows or as they were read).
+  // A grouped pull's rows are several messages and this rank's own rows:
+  // a malformed one could repeat a row, checked here (wide rows: one
+  // comparison per row of at least 8 bytes).
+  if (!element) {
+    const auto dup = std::adjacent_find(ids.begin(), ids.end());
+    if (dup != ids.end()) {
+      throw FormatError(where, "zen: row ", *dup,
+                        " arrived twice in the pull of the server that owns it (a malformed "
+                        "grouped pull: a shared row also sent as a sole row, or sole twice)");
+    }
+  }
   return SparseTensor::FromSortedUnchecked(local.rows(), local.width(), std::move(ids),
                                            std::move(values), local.name());
 }
@@ -831,11 +1182,18 @@ void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t
   // pulled message is written as it arrives: the pushes were encoded and
   // this server's part aggregated before the pull round, so nothing reads
   // the buffer's old rows any more.
+  // (A grouped pull's rows that only this rank contributed are its own,
+  // in the buffer already: not rewritten.)
   Exchange(comm, domains, width, where, [&](const HashDomains&, int j) {
-    ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
-      CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row, width);
-      ++stats_.result_rows;
-    });
+    stats_.result_rows += static_cast<int64_t>(ForEachPulledRow(
+        domains, j,
+        [&](int64_t id, const float* row) {
+          CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row,
+                  width);
+          ++stats_.result_rows;
+        },
+        // (rewritten with half-width values: rounded as the others get them)
+        /*own_sole_rows=*/options_.wire_values != WireValues::kFloat32));
   });
 }
 
@@ -899,7 +1257,20 @@ CostVolumes ZenCost(const CostInputs& in) {
                                 bitmap / std::max(1.0, pushed)})
           : in.row;
   const double push = (in.n - 1) * in.nnz / in.n * push_row;
-  const double pull = (in.n - 1) * (ids + share * in.vals);
+  double pull = (in.n - 1) * (ids + share * in.vals);
+  if (in.width > 1) {
+    // Wide rows: two pieces per peer, the trailer; the grouped pull (where
+    // it pays, as GroupsPay) leaves out each rank's sole rows, about
+    // Union(n) - Union(n-1) (what the last rank adds to the union), (n-1)/n
+    // of them in other servers' domains, and adds n headers and their
+    // padding to each peer's copy.
+    pull += (in.n - 1) * kTrailerBytes;
+    const double sole = std::max(0.0, in.Union(in.n) - in.Union(in.n - 1));
+    if (sole / in.n * in.vals > in.n * (kRowHeaderBytes + 8.0)) {
+      pull -= sole * (in.n - 1) / in.n * in.vals;
+      pull += (in.n - 1) * in.n * (kRowHeaderBytes + 4.0);
+    }
+  }
   for (int r = 0; r < in.n; ++r) {
     v.recv[static_cast<size_t>(r)] += push + pull;
     v.sent[static_cast<size_t>(r)] += push + pull;

@@ -23,6 +23,24 @@
 // Bytes a rank receives: about (n-1)/n x (d + d gamma) x rows x row bytes
 // (Eq. 1), i.e. (1 + gamma)/n of what agsparse receives.
 //
+// Sole rows stay home (rows wider than 1, float32 on the wire; an
+// extension of the paper's pull): a row of the sum that only rank q
+// contributed is q's own row, bit for bit (a sum of one value), so server
+// j does not send it back to q. Its pull is then a grouped message: the
+// rows of two or more contributors, then the sole rows of rank 0, 1, ...,
+// n - 1, each group a rows message of its own (8-byte aligned, back to
+// back), then an 8-byte trailer ('ZENG', the group count; half-width
+// values: each message narrowed, q rounds its own rows the same way). Rank q's copy
+// is two pieces of that one buffer, what lies before q's group and what
+// lies after it (FinishAllToAllVPiecesEach: no copy); q finds its sole
+// rows as the positions it pushed to j that are not among the shared ones,
+// and takes their values from its own partition. With skewed embedding
+// ids most rows of the union have one contributor (the shipped trace: 80%),
+// and a rank's bytes received fall from about 1.15x to 1.05x of the
+// must-receive bound. Where it does not pay (few sole rows, a forced
+// bitmap pull, a sum order) the pull is one plain message sent whole, with
+// the trailer (group count 0) as its second piece.
+//
 // The last call's per-phase byte counts (from the communicator's counters)
 // and timings are kept in last_stats(); ZenLastStats() finds them behind a
 // Scheme pointer.
@@ -62,6 +80,11 @@ struct ZenConfig {
   std::string dense_partitioner = "hierarchical";
   // Pull encoding: kAuto picks per message; the others force one.
   EncodingChoice pull_encoding = EncodingChoice::kAuto;
+  // Rows wider than 1: a server leaves out of each rank's pull the rows that
+  // only that rank contributed (the grouped pull, above), where that pays.
+  // false: the paper's pull, one message sent whole to every rank (for
+  // comparisons). Per server: its pull's trailer tells the receivers.
+  bool sole_rows_stay_home = true;
 };
 
 // One call, as seen by this rank. Byte counts are payload bytes from
@@ -78,6 +101,9 @@ struct ZenStats {
   uint64_t push_bytes_recv = 0;
   uint64_t pull_bytes_sent = 0;
   uint64_t pull_bytes_recv = 0;
+  // Rows of this server's pull sent, over all peers: (n-1) x served_rows,
+  // less each peer's sole rows where the pull is grouped (zen.h).
+  int64_t pull_rows_sent = 0;
   RowEncoding pull_encoding = RowEncoding::kCoo;  // of this server's message
   int pull_bitmap_messages = 0;                   // received, by encoding
   int pull_coo_messages = 0;                      // COO or COO32
@@ -141,7 +167,27 @@ class ZenScheme final : public Scheme {
     Partitions mine;
     std::vector<ByteBuffer> push_send, push_recv, pull_recv;
     ByteBuffer pull_send;
-    RowsLayout pull_layout;
+    RowsLayout pull_layout;  // plain pull; grouped: the shared rows' message
+    // Grouped pull (wide rows): where each message starts in pull_send (the
+    // shared rows', then rank 0's sole rows', ..., rank n-1's, then the
+    // trailer); empty for a plain pull. served_class: per served row in
+    // position order, 0 shared or 1 + its sole contributor; class_rows and
+    // class_slots: per class, its rows and where its positions go.
+    std::vector<size_t> group_starts;
+    std::vector<uint32_t> served_class;
+    std::vector<size_t> class_rows, class_slots;
+    std::vector<int64_t> class_positions;  // the positions, grouped by class
+    std::vector<ByteBuffer> pull_tail;     // the pulls' second pieces
+    // Per server: its grouped pull's group messages received (the sole rows
+    // of the other ranks), viewed in pull_recv and pull_tail.
+    std::vector<std::vector<RowsMessage>> pulled_groups;
+    // Per server: 1 where its pull left this rank's sole rows out (they are
+    // the positions this rank pushed to it that are not among its shared
+    // rows), 0 for a plain pull or this server's own.
+    std::vector<uint8_t> pulled_own_sole;
+    std::vector<RowsLayout> class_layouts;
+    std::vector<float*> class_next;  // where each class's next sum goes
+    std::vector<size_t> widen_scratch;  // WidenRowsSequence's
     std::vector<RowsView> parts;
     std::vector<RowsMessage> pushed;  // element path: the peers' COO32 pushes, viewed
     std::vector<int64_t> served_positions;
@@ -186,14 +232,37 @@ class ZenScheme final : public Scheme {
                               PositionCheck positions = PositionCheck::kNow) const;
   // After a failure inside Exchange: sends an empty message in each round
   // whose tag is given (not yet sent) and waits for that round; never throws.
-  void TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
-                               const Tag* pull_tag) noexcept;
+  // The pull of wide rows (pull_pieces) sends two empty pieces.
+  void TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag, const Tag* pull_tag,
+                               const PieceTags* pull_pieces) noexcept;
+  // Wide rows: server's pull (ws_.pull_recv[server] and ws_.pull_tail[server],
+  // its two pieces), parsed: the plain message, or the grouped one's shared
+  // rows, returned; the groups into ws_.pulled_groups[server].
+  RowsMessage ReadPeerPieces(int server, int64_t domain_size, int64_t width,
+                             const Where& where, int receiver);
+  // After the sums of a grouped pull are in place: writes each group's
+  // header and index into ws_.pull_send (AggregateRowsSorted).
+  void WriteGroupedIndexes(int64_t domain_size, int64_t width);
+  // Whether this server groups its pull: sole rows to leave out that
+  // outweigh the groups' headers, float32 values, a pull encoding that is
+  // not a forced bitmap. The receivers read which from the trailer.
+  bool GroupsPay(size_t left_out_bytes, int servers) const;
+  // Half-width values: a grouped pull's messages narrowed in place and
+  // packed (ws_.group_starts updated, the trailer moved). No-op for float32.
+  void NarrowGroupedPull();
+  // Half-width values: this rank's partition values for every other server
+  // rounded to the wire's format and back, in place (after the push is
+  // encoded): its sole rows, left out of a grouped pull, then equal what
+  // every other rank receives.
+  void RoundPushedValues(int server, int64_t width);
   // This server's sum of ws_.parts into ws_.pull_send (values) and
   // ws_.served_positions; sets ws_.pull_layout; returns the row count.
-  int64_t AggregateRows(int64_t domain_size, int64_t width);
+  int64_t AggregateRows(int64_t domain_size, int64_t width, int server);
   // AggregateRows for domains and row counts below 2^32 (`total` incoming
   // rows): a radix sort of (position, row) words instead of a heap merge.
-  int64_t AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total);
+  // Lays the pull out grouped where GroupsPay (ws_.group_starts non-empty;
+  // the groups' indexes written too), else plain.
+  int64_t AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total, int server);
   // After ws_.words (position above 32 bits of payload) is sorted: its
   // distinct positions into ws_.served_positions, the pull message laid
   // out for them; returns where the sums' values go.
@@ -234,9 +303,14 @@ class ZenScheme final : public Scheme {
   static bool ElementPath(const SparseTensor& t) {
     return t.width() == 1 && t.rows() <= (int64_t{1} << 32);
   }
-  // fn(id, row) for every row of server's pulled message.
+  // fn(id, row) for every row of server's pulled message; a grouped pull's
+  // rows include this rank's sole rows (their values from its own
+  // partition) unless own_sole_rows is false (the dense path, whose buffer
+  // holds them already). Returns how many sole rows of this rank the pull
+  // left out.
   template <typename Fn>
-  void ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn) const;
+  size_t ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn,
+                        bool own_sole_rows = true) const;
 
   SchemeOptions options_;
   ZenConfig config_;

@@ -500,13 +500,85 @@ TEST(Zen, HalfWidthValuesOnTheWire) {
       for (int r = 0; r < n; ++r) {
         const ZenStats& f = full[static_cast<size_t>(r)];
         const ZenStats& h = half[static_cast<size_t>(r)];
-        // Each message loses exactly 2 bytes per value.
+        // Each message loses exactly 2 bytes per value (the pull sends each
+        // peer its rows but the peer's sole ones, width > 1: the same rows
+        // at either width; no padding changes at width 8).
         const auto w = static_cast<uint64_t>(width);
         EXPECT_EQ(f.push_bytes_sent - h.push_bytes_sent, 2 * w * static_cast<uint64_t>(h.pushed_rows));
+        EXPECT_EQ(h.pull_rows_sent, f.pull_rows_sent);
         EXPECT_EQ(f.pull_bytes_sent - h.pull_bytes_sent,
-                  2 * w * static_cast<uint64_t>(h.served_rows) * static_cast<uint64_t>(n - 1));
+                  2 * w * static_cast<uint64_t>(h.pull_rows_sent));
+        if (width == 1) {
+          EXPECT_EQ(h.pull_rows_sent, h.served_rows * (n - 1));
+        } else {
+          EXPECT_LT(h.pull_rows_sent, h.served_rows * (n - 1)) << "no sole row stayed home";
+        }
       }
     }
+  }
+}
+
+// Sole rows stay home (zen.h): with rows of one contributor, each rank's
+// pull leaves its own out, and every output path returns the plain pull's
+// result bit for bit. Rank r holds the ids equal to r mod 2n (its sole
+// rows) and every third id equal to n mod 2n (held by every rank).
+TEST(Zen, SoleRowsStayHome) {
+  const int n = 4;
+  const int64_t rows = 4000, width = 8;
+  std::vector<SparseTensor> inputs;
+  for (int r = 0; r < n; ++r) {
+    std::vector<int64_t> ids;
+    for (int64_t id = 0; id < rows; ++id) {
+      const int64_t m = id % (2 * n);
+      if (m == r || (m == n && id % 3 == 0)) ids.push_back(id);  // sole, or shared by all
+    }
+    inputs.push_back(WithRandomValues(rows, width, ids, 100 + static_cast<uint64_t>(r)));
+  }
+  const DenseReference reference(inputs);
+  std::mutex mu;
+  std::vector<ZenStats> plain_stats(n), grouped_stats(n);
+  testing::RunRanks(Backend::kGlooTcp, n, [&](Communicator& comm) {
+    const auto me = static_cast<size_t>(comm.rank());
+    ZenConfig off;
+    off.sole_rows_stay_home = false;
+    ZenScheme plain(SchemeOptions{}, off), grouped;
+    const SparseTensor want = plain.Sync(comm, inputs[me]);
+    const ZenStats plain_sparse = plain.last_stats();
+    const SparseTensor got = grouped.Sync(comm, inputs[me]);
+    const ZenStats grouped_sparse = grouped.last_stats();
+    std::vector<float> want_dense = inputs[me].ToDense(), got_dense = want_dense;
+    plain.SyncDense(comm, want_dense, rows, width, "d");
+    grouped.SyncDense(comm, got_dense, rows, width, "d");
+    std::vector<float> want_into(static_cast<size_t>(rows * width)), got_into(want_into.size());
+    plain.SyncInto(comm, inputs[me], want_into, 2.0f);
+    grouped.SyncInto(comm, inputs[me], got_into, 2.0f);
+    std::lock_guard lock(mu);
+    const Agreement a = reference.Compare(got);
+    EXPECT_EQ(a.rows_mismatch, 0);
+    EXPECT_LE(a.max_rel_error, 1e-6);
+    EXPECT_EQ(got, want) << "rank " << me;
+    EXPECT_TRUE(std::ranges::equal(got_dense, want_dense, [](float x, float y) {
+      return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
+    })) << "rank " << me;
+    EXPECT_TRUE(std::ranges::equal(got_into, want_into, [](float x, float y) {
+      return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
+    })) << "rank " << me;
+    EXPECT_EQ(grouped.last_stats().result_rows, plain.last_stats().result_rows);
+    plain_stats[me] = plain_sparse;
+    grouped_stats[me] = grouped_sparse;
+  });
+  // Each rank's sole rows are half of its rows; about (n-1)/n of them lie
+  // in other servers' domains: the pull leaves their values out (and adds
+  // n headers of at most 40 bytes per server).
+  for (int r = 0; r < n; ++r) {
+    const auto me = static_cast<size_t>(r);
+    const double sole = static_cast<double>(rows) / (2 * n);
+    const double saved = static_cast<double>(plain_stats[me].pull_bytes_recv) -
+                         static_cast<double>(grouped_stats[me].pull_bytes_recv);
+    const double values = 0.8 * (n - 1.0) / n * sole * 4 * static_cast<double>(width);
+    EXPECT_GE(saved, values) << "rank " << r;
+    EXPECT_EQ(grouped_stats[me].push_bytes_recv, plain_stats[me].push_bytes_recv);
+    EXPECT_EQ(grouped_stats[me].served_rows, plain_stats[me].served_rows);
   }
 }
 
@@ -784,7 +856,14 @@ TEST_F(ZenZipfWorkload, VolumeMatchesEquationOneAgsparseAndLowerBound) {
   for (const SparseTensor& t : *inputs_) {
     for (int64_t id : t.ids()) ++holders[static_cast<size_t>(id)];
   }
-  const Measured& zen = *hash_;
+  // The paper's pull (one message, sent whole), which Eq. 1 describes; the
+  // grouped pull (the default) below.
+  const Measured zen = RunAll(*inputs_, [] {
+    ZenConfig plain;
+    plain.sole_rows_stay_home = false;
+    return std::make_unique<ZenScheme>(SchemeOptions{}, plain);
+  });
+  const Measured& grouped = *hash_;
   const Measured ag = RunAll(*inputs_, [] { return BuiltinSchemes().Create("agsparse"); });
   std::printf("gamma %.3f, rows/rank %.0f, Eq.1 %.0f B, Eq.1 with bitmap pull %.0f B\n", gamma,
               mean_rows, eq1, eq1_bitmap);
@@ -811,6 +890,20 @@ TEST_F(ZenZipfWorkload, VolumeMatchesEquationOneAgsparseAndLowerBound) {
     EXPECT_NEAR((recv / ag_recv) / ((1 + gamma) / n), 1.0, 0.10) << "rank " << r;
     EXPECT_GE(recv, lower) << "rank " << r;
     EXPECT_LE(recv, 1.5 * lower) << "rank " << r;
+
+    // Grouped: the pull leaves out this rank's sole rows in the other
+    // servers' domains, about (n-1)/n of `alone`, and their index.
+    const ZenStats& g = grouped.per_rank[static_cast<size_t>(r)];
+    const double grecv = static_cast<double>(g.push_bytes_recv + g.pull_bytes_recv);
+    const double eq1_grouped = eq1_bitmap - share * static_cast<double>(alone) * value_row;
+    std::printf("rank %d: grouped recv %.0f B (pull %llu) = %.4f x (bitmap Eq.1 less sole rows),"
+                " zen/lb %.3f\n",
+                r, grecv, static_cast<unsigned long long>(g.pull_bytes_recv), grecv / eq1_grouped,
+                grecv / lower);
+    EXPECT_EQ(g.push_bytes_recv, s.push_bytes_recv) << "rank " << r;
+    EXPECT_NEAR(grecv / eq1_grouped, 1.0, 0.03) << "rank " << r;
+    EXPECT_GE(grecv, lower) << "rank " << r;
+    EXPECT_LE(grecv, recv - 0.9 * share * static_cast<double>(alone) * value_row) << "rank " << r;
   }
 }
 
