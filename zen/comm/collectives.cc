@@ -232,62 +232,17 @@ void FinishAllGatherVEach(Communicator& comm, Tag tag, std::span<const std::byte
   WaitEachAndClear(comm, requests, on_message);
 }
 
-PieceTags PostAllToAllVPieces(Communicator& comm, std::vector<ByteBuffer>& first,
-                              std::vector<ByteBuffer>& second, int64_t max_recv_bytes,
-                              RequestList& requests) {
-  CheckBound(comm, "AllToAllV pieces", max_recv_bytes);
-  const int n = comm.size();
-  const int r = comm.rank();
-  first.resize(static_cast<size_t>(n));
-  second.resize(static_cast<size_t>(n));
-  requests.clear();
-  if (n == 1) return {};
-  const PieceTags tags{comm.NextTag(), comm.NextTag()};
-  // Step s's two receives at 2 (s - 1) and 2 (s - 1) + 1, the sends after.
-  requests.reserve(4 * static_cast<size_t>(n - 1));
-  for (int s = 1; s < n; ++s) {
-    const auto from = static_cast<size_t>(AllToAllRecvPeer(r, n, s));
-    requests.push_back(comm.RecvUpTo(static_cast<int>(from), tags.first, first[from],
-                                     max_recv_bytes));
-    requests.push_back(comm.RecvUpTo(static_cast<int>(from), tags.second, second[from],
-                                     max_recv_bytes));
-  }
-  return tags;
-}
-
-void FinishAllToAllVPiecesEach(Communicator& comm, PieceTags tags,
-                               FunctionRef<Pieces(int peer)> pieces, RequestList& requests,
-                               FunctionRef<void(int peer)> on_message) {
+void FinishAllToAllVSpansEach(Communicator& comm, Tag tag,
+                              FunctionRef<std::span<const std::byte>(int peer)> message,
+                              RequestList& requests, FunctionRef<void(int peer)> on_message) {
   const int n = comm.size();
   const int r = comm.rank();
   if (n == 1) return;
   for (int s = 1; s < n; ++s) {
     const int to = AllToAllSendPeer(r, n, s);
-    const Pieces p = pieces(to);
-    requests.push_back(comm.Send(to, tags.first, p.first));
-    requests.push_back(comm.Send(to, tags.second, p.second));
+    requests.push_back(comm.Send(to, tag, message(to)));
   }
-  // As WaitEachAndClear, two receives per step.
-  const size_t receives = 2 * static_cast<size_t>(n - 1);
-  for (int s = 1; s < n; ++s) {
-    const size_t i = 2 * static_cast<size_t>(s - 1);
-    requests[i]->Wait();
-    requests[i + 1]->Wait();
-    try {
-      on_message(AllToAllRecvPeer(r, n, s));
-    } catch (...) {
-      for (size_t k = i + 2; k < requests.size(); ++k) {
-        try {
-          requests[k]->Wait();
-        } catch (...) {  // the first error is the one the caller reports
-        }
-      }
-      requests.clear();
-      throw;
-    }
-  }
-  for (size_t k = receives; k < requests.size(); ++k) requests[k]->Wait();
-  requests.clear();
+  WaitEachAndClear(comm, requests, on_message);
 }
 
 void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,

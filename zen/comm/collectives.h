@@ -106,29 +106,14 @@ void FinishAllToAllVEach(Communicator& comm, Tag tag, std::span<const ByteBuffer
 void FinishAllGatherVEach(Communicator& comm, Tag tag, std::span<const std::byte> mine,
                           RequestList& requests, FunctionRef<void(int peer)> on_message);
 
-// An AllToAllV whose message to each peer is two pieces, spans of the
-// caller's buffers (no copy): ZEN's pull, where the piece of one buffer
-// that a peer already holds is left out of that peer's message by sending
-// what lies before it and what lies after it. Each piece travels under a
-// tag of its own and lands in a receive buffer of its own (first[p] and
-// second[p] from peer p, sizes from the transport's frames, each bounded by
-// max_recv_bytes); both pieces to every peer must be non-empty (an empty
-// one means the sender failed, as for the other Finish steps: sending two
-// empty pieces, `pieces` returning empty spans, tells the peers). Posted
-// and finished like AllToAllV; on_message(peer) runs once both of that
-// peer's pieces are in, in step order.
-struct PieceTags {
-  Tag first = 0, second = 0;
-};
-struct Pieces {
-  std::span<const std::byte> first, second;
-};
-PieceTags PostAllToAllVPieces(Communicator& comm, std::vector<ByteBuffer>& first,
-                              std::vector<ByteBuffer>& second, int64_t max_recv_bytes,
-                              RequestList& requests);
-void FinishAllToAllVPiecesEach(Communicator& comm, PieceTags tags,
-                               FunctionRef<Pieces(int peer)> pieces, RequestList& requests,
-                               FunctionRef<void(int peer)> on_message);
+// FinishAllToAllVEach with each peer's message a span of the caller's
+// buffers, given by message(peer) when it is sent (no copy): ZEN's grouped
+// pull sends each peer a different window of one buffer. Posted with
+// PostAllToAllV; an empty span tells the peer this rank failed, as for the
+// other Finish steps.
+void FinishAllToAllVSpansEach(Communicator& comm, Tag tag,
+                              FunctionRef<std::span<const std::byte>(int peer)> message,
+                              RequestList& requests, FunctionRef<void(int peer)> on_message);
 
 // Returns once every rank has entered.
 void Barrier(Communicator& comm);

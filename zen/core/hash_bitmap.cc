@@ -475,7 +475,7 @@ void WidenRowsSequence(std::vector<std::byte>& bytes, size_t end, int64_t domain
                         " values that fits (format field ", h.reserved, ")");
     }
     scratch.insert(scratch.end(), {at, narrow, wide});
-    at = RowsPadded(at + narrow);
+    at = at + narrow == end ? end : RowsPadded(at + narrow);  // the last needs no padding
   }
   if (at != end) {
     throw FormatError(where, "row message from server ", server,
@@ -720,7 +720,8 @@ RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t do
   }
   const RowsMessage m =
       ParseRows(bytes.subspan(at, size), domain_size, server, width, where, positions);
-  const size_t end = RowsPadded(at + size);
+  // The last message of `bytes` needs no padding.
+  const size_t end = at + size == bytes.size() ? bytes.size() : RowsPadded(at + size);
   if (end > bytes.size() ||
       std::any_of(bytes.begin() + static_cast<std::ptrdiff_t>(at + size),
                   bytes.begin() + static_cast<std::ptrdiff_t>(end),

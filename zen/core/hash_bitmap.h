@@ -273,7 +273,7 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
 inline size_t RowsPadded(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 // The float32 message starting at byte `at` of `bytes`, parsed as ParseRows
 // does, and `at` moved past it and its padding (zero bytes up to the next
-// multiple of 8, inside `bytes`). FormatError, prefixed by `where` and
+// multiple of 8, inside `bytes`; none after the last message of `bytes`). FormatError, prefixed by `where` and
 // naming `server`, for a header that does not fit, a message or padding
 // running past the end, padding that is not zero, or anything ParseRows
 // refuses.
@@ -298,7 +298,8 @@ void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v);
 // size (msg.size() for kFloat32).
 size_t NarrowRowsValuesIn(std::span<std::byte> msg, WireValues v);
 // Narrowed messages back to back in bytes[0, end) (each starting 8-byte
-// aligned, RowsPadded; ZEN's grouped pull), widened back in place: bytes
+// aligned, RowsPadded, the last unpadded or padded; ZEN's grouped pull),
+// widened back in place: bytes
 // grows, each message moves to its widened place (still back to back and
 // aligned, the padding zeroed) and what followed `end` (a trailer) follows
 // them. FormatError, prefixed by `where` and naming `server`, for a header

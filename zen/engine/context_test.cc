@@ -56,16 +56,11 @@ bool Coalesces(const std::string& scheme) {
 // Messages sent by a batch whose tensors form two exchanges (`all`) against a
 // batch of one tensor (`one`): two exchanges and one metadata round where
 // the scheme coalesces, more otherwise. auto's profiling rounds depend on
-// its schedule: not checked. zen's exchange of rows wider than 1 sends its
-// pull in two pieces per peer (zen.h), one message more per peer than one
-// of width 1: `second_wider` says whether the second exchange is wide and the
-// first (the one-tensor batch's) is not.
-void ExpectTwoExchanges(uint64_t all, uint64_t one, const std::string& scheme, size_t rank,
-                        bool second_wider = false) {
+// its schedule: not checked.
+void ExpectTwoExchanges(uint64_t all, uint64_t one, const std::string& scheme, size_t rank) {
   if (scheme == "auto") return;
   if (Coalesces(scheme)) {
-    const uint64_t pieces = scheme == "zen" && second_wider ? kWorld - 1 : 0;
-    EXPECT_EQ(all, 2 * one - (kWorld - 1) + pieces) << "rank " << rank;
+    EXPECT_EQ(all, 2 * one - (kWorld - 1)) << "rank " << rank;
   } else {
     EXPECT_GT(all, 2 * one) << "rank " << rank;
   }
@@ -355,9 +350,8 @@ TEST_P(ContextTest, DenseTensorsOfOneWidthMoveInOneExchange) {
           ExpectSameBits(dense[t], alone, names[t] + " rank " + std::to_string(r));
         }
         std::lock_guard lock(mu_);
-        // Tensors 0, 1 and 2 in one exchange (width 1), tensor 3 in another
-        // (width 24).
-        ExpectTwoExchanges(all, one, GetParam(), r, /*second_wider=*/true);
+        // Tensors 0, 1 and 2 in one exchange, tensor 3 in another.
+        ExpectTwoExchanges(all, one, GetParam(), r);
       },
       kTimeout);
 }

@@ -40,23 +40,19 @@ int64_t CooBound(int64_t count, int64_t width) {
   return static_cast<int64_t>(total);
 }
 
-// The largest pull piece of wide rows: a COO message of `count` rows plus a
-// grouped pull's n + 1 headers, their padding and the trailer; saturates.
-int64_t PiecesBound(int64_t count, int64_t width, int n) {
+// The largest pull window of wide rows: a COO message of `count` rows plus
+// a grouped pull's n - 1 more headers and every message's padding;
+// saturates.
+int64_t WindowBound(int64_t count, int64_t width, int n) {
   const int64_t coo = CooBound(count, width);
-  const int64_t extra =
-      (static_cast<int64_t>(n) + 1) * (static_cast<int64_t>(kRowHeaderBytes) + 8) + 8;
+  const int64_t extra = static_cast<int64_t>(n) * (static_cast<int64_t>(kRowHeaderBytes) + 8);
   return coo > kAnyBytes - extra ? kAnyBytes : coo + extra;
 }
 
-// The 8 bytes that end a wide-rows pull: 'ZENG' and the number of groups
-// (0: one plain message before it; n: the grouped pull of zen.h).
-constexpr uint32_t kGroupsMagic = 0x474E455A;  // "ZENG" in memory order
-constexpr size_t kTrailerBytes = 8;
-void WriteTrailer(std::byte* at, uint32_t groups) {
-  std::memcpy(at, &kGroupsMagic, sizeof(kGroupsMagic));
-  std::memcpy(at + sizeof(kGroupsMagic), &groups, sizeof(groups));
-}
+// A grouped pull's message slots (zen.h): slot m < n holds the sole rows of
+// rank m (class 1 + m), slot n the shared rows (class 0).
+size_t SlotClass(size_t slot, size_t n) { return slot == n ? 0 : slot + 1; }
+size_t ClassSlot(size_t c, size_t n) { return c == 0 ? n : c - 1; }
 
 // A message with no bytes is how a peer says it failed in this call (every
 // real push or pull message has at least its header).
@@ -147,18 +143,14 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   const Snapshot before_push = Take(comm);
   const Tag push_tag =
       PostAllToAllV(comm, ws.push_recv, CooBound(domains.size(r), width), ws.push_requests);
-  // Wide rows: the pull in two pieces per peer (a grouped pull leaves the
-  // peer's own sole rows out; zen.h), the same shape on every rank.
-  const bool pieces = width > 1;
-  Tag pull_tag = 0;
-  PieceTags pull_pieces;
-  if (pieces) {
-    pull_pieces = PostAllToAllVPieces(comm, ws.pull_recv, ws.pull_tail,
-                                      PiecesBound(domains.max_size(), width, n), ws.pull_requests);
-  } else {
-    pull_tag = PostAllGatherV(comm, ws.pull_recv, CooBound(domains.max_size(), width),
-                              ws.pull_requests);
-  }
+  // Wide rows: each peer gets its window of the pull (a grouped pull leaves
+  // the peer's own sole rows out; zen.h), an AllToAllV on every rank.
+  const bool windows = width > 1;
+  const Tag pull_tag =
+      windows ? PostAllToAllV(comm, ws.pull_recv, WindowBound(domains.max_size(), width, n),
+                              ws.pull_requests)
+              : PostAllGatherV(comm, ws.pull_recv, CooBound(domains.max_size(), width),
+                               ws.pull_requests);
   bool push_sent = false, pull_sent = false;
   Snapshot after_push, after_pull;
   try {
@@ -241,13 +233,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     // pull, must be what the others receive: its values rounded to the
     // wire's format and back (the pushes are encoded already, and this
     // server's own part is summed).
-    if (pieces && options_.wire_values != WireValues::kFloat32) RoundPushedValues(r, width);
-    // A plain pull's end (wide rows: the trailer follows it).
-    const size_t plain_end = ws.pull_send.size();
-    if (pieces && !grouped) {
-      ws.pull_send.resize(plain_end + kTrailerBytes);
-      WriteTrailer(ws.pull_send.data() + plain_end, 0);
-    }
+    if (windows && options_.wire_values != WireValues::kFloat32) RoundPushedValues(r, width);
     ws.pulled.resize(un);
     ws.pulled_groups.resize(un);
     for (std::vector<RowsMessage>& g : ws.pulled_groups) g.clear();
@@ -255,7 +241,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     auto on_message = [&](int j) {
       const auto t = Clock::now();
       const RowsMessage m =
-          pieces ? ReadPeerPieces(j, domains.size(j), width, where, r)
+          windows ? ReadPeerWindow(j, domains.size(j), width, where, r)
                  : ReadPeerMessage(ws.pull_recv[static_cast<size_t>(j)], "pull", j,
                                    domains.size(j), j, width, where, pulled_positions);
       ws.pulled[static_cast<size_t>(j)] = m;
@@ -266,15 +252,14 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
       handed_on += Since(t);
     };
     pull_sent = true;
-    if (pieces) {
+    if (windows) {
       const std::span<const std::byte> all(ws.pull_send);
-      FinishAllToAllVPiecesEach(
-          comm, pull_pieces,
+      FinishAllToAllVSpansEach(
+          comm, pull_tag,
           [&](int d) {
-            if (!grouped) return Pieces{all.first(plain_end), all.subspan(plain_end)};
-            // Before d's sole rows and after them (the trailer included).
+            if (!grouped) return all;
             const size_t q = static_cast<size_t>(d);
-            return Pieces{all.first(ws.group_starts[1 + q]), all.subspan(ws.group_starts[2 + q])};
+            return all.subspan(ws.windows[2 * q], ws.windows[2 * q + 1] - ws.windows[2 * q]);
           },
           ws.pull_requests, on_message);
     } else {
@@ -289,20 +274,18 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     t0 = Clock::now();
     ws.pulled_groups[static_cast<size_t>(r)].clear();
     if (grouped) {
-      // All of it: the shared rows, then every rank's sole rows (this
-      // server's own among them).
-      WidenRowsSequence(ws.pull_send, ws.group_starts[un + 1], domains.size(r), width,
+      // All of its first copy: every rank's sole rows (this server's own
+      // among them), then the shared rows.
+      WidenRowsSequence(ws.pull_send, ws.pull_send.size(), domains.size(r), width,
                         options_.wire_values, r, where, ws.widen_scratch);
-      const std::span<const std::byte> all =
-          std::span<const std::byte>(ws.pull_send).first(ws.pull_send.size() - kTrailerBytes);
       size_t at = 0;
-      ws.pulled[static_cast<size_t>(r)] = ParseRowsAt(all, at, domains.size(r), r, width, where);
       for (size_t q = 0; q < un; ++q) {
         ws.pulled_groups[static_cast<size_t>(r)].push_back(
-            ParseRowsAt(all, at, domains.size(r), r, width, where));
+            ParseRowsAt(ws.pull_send, at, domains.size(r), r, width, where));
       }
+      ws.pulled[static_cast<size_t>(r)] =
+          ParseRowsAt(ws.pull_send, at, domains.size(r), r, width, where);
     } else {
-      ws.pull_send.resize(plain_end);
       WidenRowsValues(ws.pull_send, domains.size(r), width, options_.wire_values, r, where);
       ws.pulled[static_cast<size_t>(r)] =
           ParseRows(ws.pull_send, domains.size(r), r, width, where, pulled_positions);
@@ -317,8 +300,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     // every peer now, so that every rank raises instead of waiting out the
     // timeout; then the original error.
     TellPeersThisRankFailed(comm, push_sent ? nullptr : &push_tag,
-                            pull_sent || pieces ? nullptr : &pull_tag,
-                            pull_sent || !pieces ? nullptr : &pull_pieces);
+                            pull_sent ? nullptr : &pull_tag, windows);
     throw;
   }
 
@@ -337,8 +319,7 @@ RowsMessage ZenScheme::ReadPeerMessage(ByteBuffer& message, const char* round, i
 }
 
 void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
-                                        const Tag* pull_tag,
-                                        const PieceTags* pull_pieces) noexcept {
+                                        const Tag* pull_tag, bool pull_windows) noexcept {
   try {
     if (push_tag != nullptr) {
       const std::vector<ByteBuffer> empty(static_cast<size_t>(comm.size()));
@@ -347,68 +328,46 @@ void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
   } catch (...) {  // the original error is what the caller raises
   }
   try {
-    if (pull_tag != nullptr) FinishAllGatherV(comm, *pull_tag, {}, ws_.pull_requests);
-    if (pull_pieces != nullptr) {
-      FinishAllToAllVPiecesEach(
-          comm, *pull_pieces, [](int) { return Pieces{}; }, ws_.pull_requests, [](int) {});
+    if (pull_tag != nullptr && pull_windows) {
+      const std::vector<ByteBuffer> empty(static_cast<size_t>(comm.size()));
+      FinishAllToAllV(comm, *pull_tag, empty, ws_.pull_requests);
+    } else if (pull_tag != nullptr) {
+      FinishAllGatherV(comm, *pull_tag, {}, ws_.pull_requests);
     }
   } catch (...) {
   }
 }
 
-RowsMessage ZenScheme::ReadPeerPieces(int server, int64_t domain_size, int64_t width,
+RowsMessage ZenScheme::ReadPeerWindow(int server, int64_t domain_size, int64_t width,
                                       const Where& where, int receiver) {
   const size_t j = static_cast<size_t>(server);
-  ByteBuffer& first = ws_.pull_recv[j];
-  ByteBuffer& second = ws_.pull_tail[j];
-  CheckNotFailed(first, "pull", server, where);
-  CheckNotFailed(second, "pull", server, where);
-  uint32_t magic = 0, groups = 0;
-  if (second.size() >= kTrailerBytes) {
-    const std::byte* t = second.data() + second.size() - kTrailerBytes;
-    std::memcpy(&magic, t, sizeof(magic));
-    std::memcpy(&groups, t + sizeof(magic), sizeof(groups));
-  }
-  const size_t n = ws_.pulled.size();
-  if (magic != kGroupsMagic || (groups != 0 && groups != n)) {
-    throw FormatError(where, "zen: pull from server ", server, ": its second piece (",
-                      second.size(), " bytes) does not end with a trailer of 0 or ", n,
-                      " groups (magic 0x", std::hex, magic, std::dec, ", groups ", groups, ")");
-  }
+  ByteBuffer& window = ws_.pull_recv[j];
+  CheckNotFailed(window, "pull", server, where);
   std::vector<RowsMessage>& got = ws_.pulled_groups[j];
   got.clear();
-  if (groups == 0) {
-    if (second.size() != kTrailerBytes) {
-      throw FormatError(where, "zen: plain pull from server ", server, ": its second piece has ",
-                        second.size(), " bytes, expected the ", kTrailerBytes, "-byte trailer");
-    }
-    return ReadPeerMessage(first, "pull", server, domain_size, server, width, where);
-  }
-  // The shared rows and the sole rows of ranks [0, receiver) in the first
-  // piece, those of (receiver, n) in the second, before the trailer
-  // (half-width values widened first).
-  WidenRowsSequence(first, first.size(), domain_size, width, options_.wire_values, server, where,
-                    ws_.widen_scratch);
-  WidenRowsSequence(ws_.pull_tail[j], second.size() - kTrailerBytes, domain_size, width,
-                    options_.wire_values, server, where, ws_.widen_scratch);
+  // One plain message, or a grouped window: the sole rows of ranks
+  // receiver + 1, ..., n - 1, the shared rows, then those of ranks 0, ...,
+  // receiver - 1 (half-width values widened first).
+  WidenRowsSequence(window, window.size(), domain_size, width, options_.wire_values, server,
+                    where, ws_.widen_scratch);
   size_t at = 0;
-  const RowsMessage shared = ParseRowsAt(first, at, domain_size, server, width, where);
-  for (int q = 0; q < receiver; ++q) {
-    got.push_back(ParseRowsAt(first, at, domain_size, server, width, where));
+  const RowsMessage first = ParseRowsAt(window, at, domain_size, server, width, where);
+  if (at == window.size()) return first;
+  const size_t n = ws_.pulled.size();
+  const size_t shared_at = n - 1 - static_cast<size_t>(receiver);
+  RowsMessage shared = first;
+  if (shared_at != 0) got.push_back(first);
+  for (size_t k = 1; k < n; ++k) {
+    const RowsMessage m = ParseRowsAt(window, at, domain_size, server, width, where);
+    if (k == shared_at) {
+      shared = m;
+    } else {
+      got.push_back(m);
+    }
   }
-  if (at != first.size()) {
-    throw FormatError(where, "zen: grouped pull from server ", server, ": ",
-                      first.size() - at, " bytes after the groups of its first piece");
-  }
-  const std::span<const std::byte> rest =
-      std::span<const std::byte>(second).first(second.size() - kTrailerBytes);
-  at = 0;
-  for (size_t q = static_cast<size_t>(receiver) + 1; q < n; ++q) {
-    got.push_back(ParseRowsAt(rest, at, domain_size, server, width, where));
-  }
-  if (at != rest.size()) {
-    throw FormatError(where, "zen: grouped pull from server ", server, ": ", rest.size() - at,
-                      " bytes after the groups of its second piece");
+  if (at != window.size()) {
+    throw FormatError(where, "zen: grouped pull from server ", server, ": ", window.size() - at,
+                      " bytes after its ", n, " messages");
   }
   ws_.pulled_own_sole[j] = 1;
   return shared;
@@ -445,12 +404,12 @@ void ZenScheme::WriteGroupedIndexes(int64_t domain_size, int64_t width) {
   size_t first = 0;
   for (size_t c = 0; c < classes; ++c) {
     const RowsLayout& layout = ws.class_layouts[c];
+    const size_t at = ws.group_starts[ClassSlot(c, classes - 1)];
     WriteRowsIndex(domain_size, width,
                    std::span<const int64_t>(ws.class_positions).subspan(first, ws.class_rows[c]),
-                   layout, std::span(ws.pull_send).subspan(ws.group_starts[c], layout.bytes));
+                   layout, std::span(ws.pull_send).subspan(at, layout.bytes));
     first += ws.class_rows[c];
   }
-  WriteTrailer(ws.pull_send.data() + ws.group_starts[classes], static_cast<uint32_t>(classes - 1));
 }
 
 int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width, int server) {
@@ -487,16 +446,16 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   const size_t parts = ws.parts.size();
   ws.words.resize(total);
   ws.agg_rows.resize(total);
-  ws.part_ends.resize(parts);
+  ws.agg_parts.resize(total);
   size_t k = 0;
   for (size_t q = 0; q < parts; ++q) {
     const float* v = ws.parts[q].values.data();
     for (const int64_t p : ws.parts[q].ids) {
       ws.words[k] = static_cast<uint64_t>(p) << 32 | k;
+      ws.agg_parts[k] = static_cast<uint32_t>(q);
       ws.agg_rows[k++] = v;
       v += w;
     }
-    ws.part_ends[q] = k;
   }
   SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
   const uint64_t* words = ws.words.data();
@@ -536,13 +495,7 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
     const size_t first = i;
     for (++i; i < total && (words[i] >> 32) == p; ++i) {
     }
-    uint32_t c = 0;
-    if (i - first == 1) {
-      const size_t index = static_cast<uint32_t>(words[first]);
-      c = 1 + static_cast<uint32_t>(std::upper_bound(ws.part_ends.begin(), ws.part_ends.end(),
-                                                     index) -
-                                    ws.part_ends.begin());
-    }
+    const uint32_t c = i - first == 1 ? 1 + ws.agg_parts[static_cast<uint32_t>(words[first])] : 0;
     ws.served_positions[served] = static_cast<int64_t>(p);
     ws.served_class[served] = c;
     ++ws.class_rows[c];
@@ -559,23 +512,26 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
     return static_cast<int64_t>(served);
   }
   // Grouped: each class a message of its own, back to back, 8-byte
-  // aligned, then the trailer; the padding zeroed.
+  // aligned, the padding zeroed: rank 0's sole rows, ..., rank n-1's, then
+  // the shared rows (slot m holds class SlotClass(m)).
   const size_t classes = parts + 1;
   ws.class_layouts.resize(classes);
-  ws.group_starts.resize(classes + 1);
-  size_t end = 0;
   for (size_t c = 0; c < classes; ++c) {
     ws.class_layouts[c] = LayoutRows(domain_size, static_cast<int64_t>(ws.class_rows[c]), width,
                                      config_.pull_encoding);
-    ws.group_starts[c] = end;
-    end = RowsPadded(end + ws.class_layouts[c].bytes);
+  }
+  ws.group_starts.resize(classes + 1);
+  size_t end = 0;
+  for (size_t m = 0; m < classes; ++m) {
+    ws.group_starts[m] = end;
+    end = RowsPadded(end + ws.class_layouts[SlotClass(m, parts)].bytes);
   }
   ws.group_starts[classes] = end;
-  ws.pull_send.resize(end + kTrailerBytes);
-  for (size_t c = 0; c < classes; ++c) {
-    const size_t used = ws.group_starts[c] + ws.class_layouts[c].bytes;
+  ws.pull_send.resize(end);
+  for (size_t m = 0; m < classes; ++m) {
+    const size_t used = ws.group_starts[m] + ws.class_layouts[SlotClass(m, parts)].bytes;
     std::fill(ws.pull_send.begin() + static_cast<std::ptrdiff_t>(used),
-              ws.pull_send.begin() + static_cast<std::ptrdiff_t>(ws.group_starts[c + 1]),
+              ws.pull_send.begin() + static_cast<std::ptrdiff_t>(ws.group_starts[m + 1]),
               std::byte{0});
   }
   ws.pull_layout = ws.class_layouts[0];
@@ -594,7 +550,8 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   // Each class's next row (a pointer into its message's values).
   ws.class_next.resize(classes);
   for (size_t c = 0; c < classes; ++c) {
-    ws.class_next[c] = reinterpret_cast<float*>(ws.pull_send.data() + ws.group_starts[c] +
+    ws.class_next[c] = reinterpret_cast<float*>(ws.pull_send.data() +
+                                                ws.group_starts[ClassSlot(c, parts)] +
                                                 ws.class_layouts[c].values_offset);
   }
   const uint32_t* cls = ws.served_class.data();
@@ -606,32 +563,48 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   });
   WriteGroupedIndexes(domain_size, width);
   NarrowGroupedPull();
+  CopyGroupsForWindows();
   return static_cast<int64_t>(served);
+}
+
+void ZenScheme::CopyGroupsForWindows() {
+  // After the first copy (sole rows of ranks 0..n-1, then the shared rows):
+  // the sole rows of ranks 0..n-2 again, so that each rank d's window is
+  // one span: d + 1..n-1, shared, 0..d-1.
+  Workspace& ws = ws_;
+  const size_t n = ws.class_layouts.size() - 1;
+  const size_t first_end = ws.group_starts[n + 1];
+  const size_t again = ws.group_starts[n - 1];  // slots 0..n-2, padded
+  ws.pull_send.resize(first_end + again);
+  std::memcpy(ws.pull_send.data() + first_end, ws.pull_send.data(), again);
+  ws.windows.resize(2 * n);
+  for (size_t d = 0; d < n; ++d) {
+    ws.windows[2 * d] = ws.group_starts[d + 1];  // slot d + 1 (the shared rows for n - 1)
+    ws.windows[2 * d + 1] = first_end + ws.group_starts[d];  // where slot d's copy starts
+  }
 }
 
 void ZenScheme::NarrowGroupedPull() {
   const WireValues v = options_.wire_values;
   if (v == WireValues::kFloat32) return;
   // Each message narrowed in place and moved down to the end of the one
-  // before (never right: narrowing shrinks), padding zeroed; then the
-  // trailer.
+  // before (never right: narrowing shrinks), padding zeroed.
   Workspace& ws = ws_;
   const size_t classes = ws.class_layouts.size();
   size_t out = 0;
-  for (size_t c = 0; c < classes; ++c) {
-    const size_t at = ws.group_starts[c];
-    const size_t size =
-        NarrowRowsValuesIn(std::span(ws.pull_send).subspan(at, ws.class_layouts[c].bytes), v);
+  for (size_t m = 0; m < classes; ++m) {
+    const size_t at = ws.group_starts[m];
+    const size_t bytes = ws.class_layouts[SlotClass(m, classes - 1)].bytes;
+    const size_t size = NarrowRowsValuesIn(std::span(ws.pull_send).subspan(at, bytes), v);
     std::memmove(ws.pull_send.data() + out, ws.pull_send.data() + at, size);
-    ws.group_starts[c] = out;
+    ws.group_starts[m] = out;
     const size_t end = RowsPadded(out + size);
     std::fill(ws.pull_send.begin() + static_cast<std::ptrdiff_t>(out + size),
               ws.pull_send.begin() + static_cast<std::ptrdiff_t>(end), std::byte{0});
     out = end;
   }
   ws.group_starts[classes] = out;
-  ws.pull_send.resize(out + kTrailerBytes);
-  WriteTrailer(ws.pull_send.data() + out, static_cast<uint32_t>(classes - 1));
+  ws.pull_send.resize(out);
 }
 
 float* ZenScheme::LayoutServed(int64_t domain_size, int64_t width) {
@@ -1259,16 +1232,14 @@ CostVolumes ZenCost(const CostInputs& in) {
   const double push = (in.n - 1) * in.nnz / in.n * push_row;
   double pull = (in.n - 1) * (ids + share * in.vals);
   if (in.width > 1) {
-    // Wide rows: two pieces per peer, the trailer; the grouped pull (where
-    // it pays, as GroupsPay) leaves out each rank's sole rows, about
-    // Union(n) - Union(n-1) (what the last rank adds to the union), (n-1)/n
-    // of them in other servers' domains, and adds n headers and their
-    // padding to each peer's copy.
-    pull += (in.n - 1) * kTrailerBytes;
+    // Wide rows: the grouped pull (where it pays, as GroupsPay) leaves out
+    // each rank's sole rows, about Union(n) - Union(n-1) (what the last
+    // rank adds to the union), (n-1)/n of them in other servers' domains,
+    // and adds n - 1 headers and their padding to each peer's window.
     const double sole = std::max(0.0, in.Union(in.n) - in.Union(in.n - 1));
     if (sole / in.n * in.vals > in.n * (kRowHeaderBytes + 8.0)) {
       pull -= sole * (in.n - 1) / in.n * in.vals;
-      pull += (in.n - 1) * in.n * (kRowHeaderBytes + 4.0);
+      pull += (in.n - 1.0) * (in.n - 1.0) * (kRowHeaderBytes + 4.0);
     }
   }
   for (int r = 0; r < in.n; ++r) {

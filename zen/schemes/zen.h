@@ -23,23 +23,23 @@
 // Bytes a rank receives: about (n-1)/n x (d + d gamma) x rows x row bytes
 // (Eq. 1), i.e. (1 + gamma)/n of what agsparse receives.
 //
-// Sole rows stay home (rows wider than 1, float32 on the wire; an
-// extension of the paper's pull): a row of the sum that only rank q
-// contributed is q's own row, bit for bit (a sum of one value), so server
-// j does not send it back to q. Its pull is then a grouped message: the
-// rows of two or more contributors, then the sole rows of rank 0, 1, ...,
-// n - 1, each group a rows message of its own (8-byte aligned, back to
-// back), then an 8-byte trailer ('ZENG', the group count; half-width
-// values: each message narrowed, q rounds its own rows the same way). Rank q's copy
-// is two pieces of that one buffer, what lies before q's group and what
-// lies after it (FinishAllToAllVPiecesEach: no copy); q finds its sole
-// rows as the positions it pushed to j that are not among the shared ones,
-// and takes their values from its own partition. With skewed embedding
-// ids most rows of the union have one contributor (the shipped trace: 80%),
-// and a rank's bytes received fall from about 1.15x to 1.05x of the
-// must-receive bound. Where it does not pay (few sole rows, a forced
-// bitmap pull, a sum order) the pull is one plain message sent whole, with
-// the trailer (group count 0) as its second piece.
+// Sole rows stay home (rows wider than 1; an extension of the paper's
+// pull): a row of the sum that only rank q contributed is q's own row, bit
+// for bit (a sum of one value), so server j does not send it back to q.
+// Its pull is then grouped: the sole rows of rank 0, 1, ..., n - 1, then
+// the rows of two or more contributors, each group a rows message of its
+// own (8-byte aligned, back to back), then the sole rows of ranks 0..n-2
+// once more, so that rank q's copy is one window of that buffer: the sole
+// rows of ranks q + 1..n - 1, the shared rows, those of ranks 0..q - 1
+// (FinishAllToAllVSpansEach: no copy per peer, one message per peer). q
+// finds its own sole rows as the positions it pushed to j that are not
+// among the shared ones, and takes their values from its own partition
+// (half-width values: each message narrowed, q rounds its own rows the
+// same way). With skewed embedding ids most rows of the union have one
+// contributor (the shipped trace: 80%), and a rank's bytes received fall
+// from about 1.16x to 1.07x of the must-receive bound. Where it does not
+// pay (few sole rows, a forced bitmap pull, a sum order) each rank gets
+// the one plain message.
 //
 // The last call's per-phase byte counts (from the communicator's counters)
 // and timings are kept in last_stats(); ZenLastStats() finds them behind a
@@ -168,18 +168,19 @@ class ZenScheme final : public Scheme {
     std::vector<ByteBuffer> push_send, push_recv, pull_recv;
     ByteBuffer pull_send;
     RowsLayout pull_layout;  // plain pull; grouped: the shared rows' message
-    // Grouped pull (wide rows): where each message starts in pull_send (the
-    // shared rows', then rank 0's sole rows', ..., rank n-1's, then the
-    // trailer); empty for a plain pull. served_class: per served row in
+    // Grouped pull (wide rows): where each message starts in pull_send
+    // (rank 0's sole rows, ..., rank n-1's, then the shared rows, then
+    // where that first copy ends); empty for a plain pull. windows: rank
+    // d's window, [windows[2d], windows[2d + 1]). served_class: per served row in
     // position order, 0 shared or 1 + its sole contributor; class_rows and
     // class_slots: per class, its rows and where its positions go.
     std::vector<size_t> group_starts;
     std::vector<uint32_t> served_class;
     std::vector<size_t> class_rows, class_slots;
     std::vector<int64_t> class_positions;  // the positions, grouped by class
-    std::vector<ByteBuffer> pull_tail;     // the pulls' second pieces
+    std::vector<size_t> windows;
     // Per server: its grouped pull's group messages received (the sole rows
-    // of the other ranks), viewed in pull_recv and pull_tail.
+    // of the other ranks), viewed in pull_recv.
     std::vector<std::vector<RowsMessage>> pulled_groups;
     // Per server: 1 where its pull left this rank's sole rows out (they are
     // the positions this rank pushed to it that are not among its shared
@@ -198,6 +199,7 @@ class ZenScheme final : public Scheme {
     std::vector<KeyItem> order, sort_scratch;
     std::vector<uint64_t> words;         // this server's aggregation, sorted (position, row)
     std::vector<const float*> agg_rows;  // the rows those words index
+    std::vector<uint32_t> agg_parts;     // and the part (rank) each came from
     std::vector<uint64_t> result_words;  // the result's words: (id, value) or (id, row index)
     std::vector<uint64_t> word_scratch;  // their radix sorts
     IncrementalWordSort result_sort;         // element path: the result's sort, fed per message
@@ -232,13 +234,13 @@ class ZenScheme final : public Scheme {
                               PositionCheck positions = PositionCheck::kNow) const;
   // After a failure inside Exchange: sends an empty message in each round
   // whose tag is given (not yet sent) and waits for that round; never throws.
-  // The pull of wide rows (pull_pieces) sends two empty pieces.
+  // pull_windows: the pull is an AllToAllV (wide rows), not an AllGatherV.
   void TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag, const Tag* pull_tag,
-                               const PieceTags* pull_pieces) noexcept;
-  // Wide rows: server's pull (ws_.pull_recv[server] and ws_.pull_tail[server],
-  // its two pieces), parsed: the plain message, or the grouped one's shared
-  // rows, returned; the groups into ws_.pulled_groups[server].
-  RowsMessage ReadPeerPieces(int server, int64_t domain_size, int64_t width,
+                               bool pull_windows) noexcept;
+  // Wide rows: server's pull window (ws_.pull_recv[server]) parsed: the
+  // plain message, or the grouped window's shared rows, returned; its
+  // groups into ws_.pulled_groups[server].
+  RowsMessage ReadPeerWindow(int server, int64_t domain_size, int64_t width,
                              const Where& where, int receiver);
   // After the sums of a grouped pull are in place: writes each group's
   // header and index into ws_.pull_send (AggregateRowsSorted).
@@ -248,8 +250,11 @@ class ZenScheme final : public Scheme {
   // not a forced bitmap. The receivers read which from the trailer.
   bool GroupsPay(size_t left_out_bytes, int servers) const;
   // Half-width values: a grouped pull's messages narrowed in place and
-  // packed (ws_.group_starts updated, the trailer moved). No-op for float32.
+  // packed (ws_.group_starts updated). No-op for float32.
   void NarrowGroupedPull();
+  // A grouped pull's sole rows of ranks 0..n-2 copied after its first copy,
+  // and each rank's window (ws_.windows).
+  void CopyGroupsForWindows();
   // Half-width values: this rank's partition values for every other server
   // rounded to the wire's format and back, in place (after the push is
   // encoded): its sole rows, left out of a grouped pull, then equal what
