@@ -448,6 +448,28 @@ void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v) {
   msg.resize(at + NarrowRowsValuesIn(std::span(msg).subspan(at), v));
 }
 
+namespace {
+
+// The n 16-bit values of the narrowed message at `message` (its values at
+// byte `offset`), widened to float32 in place, backward (float i lands at
+// or after the 16-bit value i; the message has room for them), and its
+// header's format field cleared.
+void WidenInPlace(std::byte* message, size_t offset, size_t n, WireValues v) {
+  std::byte* values = message + offset;
+  for (size_t i = n; i-- > 0;) {
+    uint16_t u;
+    std::memcpy(&u, values + i * sizeof(uint16_t), sizeof(u));
+    const float f = v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(u) : HalfBitsToFloat(u);
+    std::memcpy(values + i * sizeof(float), &f, sizeof(f));
+  }
+  Header h;
+  std::memcpy(&h, message, sizeof(h));
+  h.reserved = 0;
+  std::memcpy(message, &h, sizeof(h));
+}
+
+}  // namespace
+
 void WidenRowsSequence(std::vector<std::byte>& bytes, size_t end, int64_t domain_size,
                        int64_t width, WireValues v, int server, const Where& where,
                        std::vector<size_t>& scratch) {
@@ -506,16 +528,7 @@ void WidenRowsSequence(std::vector<std::byte>& bytes, size_t end, int64_t domain
     std::memcpy(&h, bytes.data() + to, sizeof(h));
     size_t offset = 0;
     ValuesOffset(h, domain_size, offset);  // checked above
-    const size_t n = (wide - offset) / sizeof(float);
-    std::byte* values = bytes.data() + to + offset;
-    for (size_t i = n; i-- > 0;) {
-      uint16_t u;
-      std::memcpy(&u, values + i * sizeof(uint16_t), sizeof(u));
-      const float f = v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(u) : HalfBitsToFloat(u);
-      std::memcpy(values + i * sizeof(float), &f, sizeof(f));
-    }
-    h.reserved = 0;
-    std::memcpy(bytes.data() + to, &h, sizeof(h));
+    WidenInPlace(bytes.data() + to, offset, (wide - offset) / sizeof(float), v);
     std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(to + wide),
               bytes.begin() + static_cast<std::ptrdiff_t>(next), std::byte{0});
   }
@@ -542,16 +555,7 @@ void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t w
                       " bytes, format field ", h.reserved, ")");
   }
   msg.resize(wide);
-  std::byte* values = msg.data() + offset;
-  // Backward in place: float i lands at or after the 16-bit value i.
-  for (size_t i = n; i-- > 0;) {
-    uint16_t u;
-    std::memcpy(&u, values + i * sizeof(uint16_t), sizeof(u));
-    const float f = v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(u) : HalfBitsToFloat(u);
-    std::memcpy(values + i * sizeof(float), &f, sizeof(f));
-  }
-  h.reserved = 0;
-  std::memcpy(msg.data(), &h, sizeof(h));
+  WidenInPlace(msg.data(), offset, n, v);
 }
 
 namespace {

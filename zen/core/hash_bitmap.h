@@ -301,7 +301,7 @@ size_t NarrowRowsValuesIn(std::span<std::byte> msg, WireValues v);
 // aligned, RowsPadded, the last unpadded or padded; ZEN's grouped pull),
 // widened back in place: bytes
 // grows, each message moves to its widened place (still back to back and
-// aligned, the padding zeroed) and what followed `end` (a trailer) follows
+// aligned, the padding zeroed) and whatever followed `end` follows
 // them. FormatError, prefixed by `where` and naming `server`, for a header
 // that is not a narrowed message of `width` over `domain_size`, or sizes
 // that do not add up to `end`. `scratch` is reused (no allocation once it
