@@ -466,8 +466,9 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
     if (i + kAhead < total) __builtin_prefetch(rows[static_cast<uint32_t>(words[i + kAhead])]);
     return rows[static_cast<uint32_t>(words[i])];
   };
-  // Sums each run of equal positions into place(served row index).
-  auto sum_runs = [&](auto place) {
+  // Sums each run of equal positions into place(served row index), then
+  // done(served row index, the sum).
+  auto sum_runs = [&](auto place, auto done) {
     size_t s = 0;
     for (size_t i = 0; i < total; ++s) {
       const uint64_t p = words[i] >> 32;
@@ -477,11 +478,13 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
         const float* src = row(i);
         for (size_t c = 0; c < w; ++c) out[c] += src[c];
       }
+      done(s, out);
     }
   };
+  auto nothing = [](size_t, float*) {};
   if (parts < 2 || !GroupsPay(SIZE_MAX, static_cast<int>(parts))) {  // never pays
     float* out = LayoutServed(domain_size, width);
-    sum_runs([&](size_t s) { return out + s * w; });
+    sum_runs([&](size_t s) { return out + s * w; }, nothing);
     return static_cast<int64_t>(ws.served_positions.size());
   }
   // Each served row's class: shared (two or more contributors) or the sole
@@ -508,12 +511,16 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   }
   if (!GroupsPay(left_out * w * sizeof(float), static_cast<int>(parts))) {
     float* out = LayoutServedPositions(domain_size, width);
-    sum_runs([&](size_t s) { return out + s * w; });
+    sum_runs([&](size_t s) { return out + s * w; }, nothing);
     return static_cast<int64_t>(served);
   }
   // Grouped: each class a message of its own, back to back, 8-byte
   // aligned, the padding zeroed: rank 0's sole rows, ..., rank n-1's, then
-  // the shared rows (slot m holds class SlotClass(m)).
+  // the shared rows (slot m holds class SlotClass(m)); then, for the
+  // windows (CopyGroupsForWindows), slots 0..n-2 again. With float32 values
+  // the second copy is written in the same pass as the first (each sole
+  // row stored at its two places: no pass of its own); half-width values
+  // are narrowed and packed first, then copied.
   const size_t classes = parts + 1;
   ws.class_layouts.resize(classes);
   for (size_t c = 0; c < classes; ++c) {
@@ -527,12 +534,17 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
     end = RowsPadded(end + ws.class_layouts[SlotClass(m, parts)].bytes);
   }
   ws.group_starts[classes] = end;
-  ws.pull_send.resize(end);
+  const bool twice = options_.wire_values == WireValues::kFloat32;
+  const size_t again = twice ? ws.group_starts[parts - 1] : 0;  // slots 0..n-2
+  ws.pull_send.resize(end + again);
   for (size_t m = 0; m < classes; ++m) {
     const size_t used = ws.group_starts[m] + ws.class_layouts[SlotClass(m, parts)].bytes;
-    std::fill(ws.pull_send.begin() + static_cast<std::ptrdiff_t>(used),
-              ws.pull_send.begin() + static_cast<std::ptrdiff_t>(ws.group_starts[m + 1]),
-              std::byte{0});
+    for (const size_t copy : {size_t{0}, end}) {
+      if (copy != 0 && (!twice || m + 1 >= parts)) continue;
+      std::fill(ws.pull_send.begin() + static_cast<std::ptrdiff_t>(copy + used),
+                ws.pull_send.begin() + static_cast<std::ptrdiff_t>(copy + ws.group_starts[m + 1]),
+                std::byte{0});
+    }
   }
   ws.pull_layout = ws.class_layouts[0];
   // The positions grouped by class (each group ascending), and where each
@@ -556,27 +568,45 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   }
   const uint32_t* cls = ws.served_class.data();
   float** next = ws.class_next.data();
-  sum_runs([&](size_t s) {
-    float* out = next[cls[s]];
-    next[cls[s]] = out + w;
-    return out;
-  });
+  const size_t twin = end / sizeof(float);  // the second copy, in floats (end is 8-aligned)
+  const uint32_t last_twinned = static_cast<uint32_t>(parts - 1);  // class of slot n-2
+  sum_runs(
+      [&](size_t s) {
+        float* out = next[cls[s]];
+        next[cls[s]] = out + w;
+        return out;
+      },
+      [&](size_t s, float* out) {
+        if (twice && cls[s] != 0 && cls[s] <= last_twinned) CopyRow(out + twin, out, width);
+      });
   WriteGroupedIndexes(domain_size, width);
-  NarrowGroupedPull();
-  CopyGroupsForWindows();
+  if (twice) {
+    // The second copy's headers and indexes (its values are in place).
+    for (size_t m = 0; m + 1 < parts; ++m) {
+      const size_t at = ws.group_starts[m];
+      std::memcpy(ws.pull_send.data() + end + at, ws.pull_send.data() + at,
+                  ws.class_layouts[SlotClass(m, parts)].values_offset);
+    }
+  } else {
+    NarrowGroupedPull();
+  }
+  CopyGroupsForWindows(twice);
   return static_cast<int64_t>(served);
 }
 
-void ZenScheme::CopyGroupsForWindows() {
+void ZenScheme::CopyGroupsForWindows(bool copied) {
   // After the first copy (sole rows of ranks 0..n-1, then the shared rows):
-  // the sole rows of ranks 0..n-2 again, so that each rank d's window is
-  // one span: d + 1..n-1, shared, 0..d-1.
+  // the sole rows of ranks 0..n-2 again (unless `copied`: written with the
+  // first), so that each rank d's window is one span: d + 1..n-1, shared,
+  // 0..d-1.
   Workspace& ws = ws_;
   const size_t n = ws.class_layouts.size() - 1;
   const size_t first_end = ws.group_starts[n + 1];
   const size_t again = ws.group_starts[n - 1];  // slots 0..n-2, padded
-  ws.pull_send.resize(first_end + again);
-  std::memcpy(ws.pull_send.data() + first_end, ws.pull_send.data(), again);
+  if (!copied) {
+    ws.pull_send.resize(first_end + again);
+    std::memcpy(ws.pull_send.data() + first_end, ws.pull_send.data(), again);
+  }
   ws.windows.resize(2 * n);
   for (size_t d = 0; d < n; ++d) {
     ws.windows[2 * d] = ws.group_starts[d + 1];  // slot d + 1 (the shared rows for n - 1)

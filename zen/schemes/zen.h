@@ -29,7 +29,8 @@
 // Its pull is then grouped: the sole rows of rank 0, 1, ..., n - 1, then
 // the rows of two or more contributors, each group a rows message of its
 // own (8-byte aligned, back to back), then the sole rows of ranks 0..n-2
-// once more, so that rank q's copy is one window of that buffer: the sole
+// once more (stored at both places as they are summed), so that rank q's
+// copy is one window of that buffer: the sole
 // rows of ranks q + 1..n - 1, the shared rows, those of ranks 0..q - 1
 // (FinishAllToAllVSpansEach: no copy per peer, one message per peer). q
 // finds its own sole rows as the positions it pushed to j that are not
@@ -252,9 +253,10 @@ class ZenScheme final : public Scheme {
   // Half-width values: a grouped pull's messages narrowed in place and
   // packed (ws_.group_starts updated). No-op for float32.
   void NarrowGroupedPull();
-  // A grouped pull's sole rows of ranks 0..n-2 copied after its first copy,
-  // and each rank's window (ws_.windows).
-  void CopyGroupsForWindows();
+  // A grouped pull's sole rows of ranks 0..n-2 copied after its first copy
+  // (unless `copied`: written there already), and each rank's window
+  // (ws_.windows).
+  void CopyGroupsForWindows(bool copied);
   // Half-width values: this rank's partition values for every other server
   // rounded to the wire's format and back, in place (after the push is
   // encoded): its sole rows, left out of a grouped pull, then equal what
