@@ -391,8 +391,8 @@ void ZenScheme::RoundPushedValues(int server, int64_t width) {
 }
 
 bool ZenScheme::GroupsPay(size_t left_out_bytes, int servers) const {
-  // Each peer's copy carries n + 1 headers and their padding instead of one
-  // (at most 40 bytes each) and the trailer either way.
+  // Each peer's window carries n messages' headers and padding instead of
+  // one (at most 40 bytes each).
   const size_t peers = static_cast<size_t>(servers) - 1;
   return config_.sole_rows_stay_home && config_.pull_encoding != EncodingChoice::kHashBitmap &&
          left_out_bytes > peers * static_cast<size_t>(servers) * (kRowHeaderBytes + 8);

@@ -30,8 +30,8 @@
 // the rows of two or more contributors, each group a rows message of its
 // own (8-byte aligned, back to back), then the sole rows of ranks 0..n-2
 // once more (stored at both places as they are summed), so that rank q's
-// copy is one window of that buffer: the sole
-// rows of ranks q + 1..n - 1, the shared rows, those of ranks 0..q - 1
+// copy is one window of that buffer: the sole rows of ranks q + 1..n - 1,
+// the shared rows, those of ranks 0..q - 1
 // (FinishAllToAllVSpansEach: no copy per peer, one message per peer). q
 // finds its own sole rows as the positions it pushed to j that are not
 // among the shared ones, and takes their values from its own partition
@@ -84,7 +84,8 @@ struct ZenConfig {
   // Rows wider than 1: a server leaves out of each rank's pull the rows that
   // only that rank contributed (the grouped pull, above), where that pays.
   // false: the paper's pull, one message sent whole to every rank (for
-  // comparisons). Per server: its pull's trailer tells the receivers.
+  // comparisons). Per server: a receiver tells a grouped window from a
+  // plain message by whether its first message fills it.
   bool sole_rows_stay_home = true;
 };
 
@@ -247,8 +248,8 @@ class ZenScheme final : public Scheme {
   // header and index into ws_.pull_send (AggregateRowsSorted).
   void WriteGroupedIndexes(int64_t domain_size, int64_t width);
   // Whether this server groups its pull: sole rows to leave out that
-  // outweigh the groups' headers, float32 values, a pull encoding that is
-  // not a forced bitmap. The receivers read which from the trailer.
+  // outweigh the groups' headers, and a pull encoding that is not a forced
+  // bitmap (ZenConfig::sole_rows_stay_home on).
   bool GroupsPay(size_t left_out_bytes, int servers) const;
   // Half-width values: a grouped pull's messages narrowed in place and
   // packed (ws_.group_starts updated). No-op for float32.
@@ -317,7 +318,7 @@ class ZenScheme final : public Scheme {
   // left out.
   template <typename Fn>
   size_t ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn,
-                        bool own_sole_rows = true) const;
+                          bool own_sole_rows = true) const;
 
   SchemeOptions options_;
   ZenConfig config_;
