@@ -1,6 +1,7 @@
 #include "zen/analysis/auto_scheme.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -71,6 +72,38 @@ AutoScheme::AutoScheme(SchemeRegistry registry, AutoOptions options)
 }
 
 std::string_view AutoScheme::description() const { return kDescription; }
+
+namespace {
+
+// A double exactly, in the fewest digits that read back as it.
+std::string Exact(double v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof(buf), v).ptr;
+  return std::string(buf, end);
+}
+
+// AutoScheme::shared_settings' text for `o`.
+std::string SettingsText(const AutoOptions& o) {
+  std::ostringstream out;
+  out << "force '" << o.force << "', candidates [";
+  for (size_t i = 0; i < o.candidates.size(); ++i) out << (i ? " " : "") << o.candidates[i];
+  out << "], rank order " << o.rank_order << ", network " << Exact(o.network.bandwidth_bytes_per_s)
+      << " B/s " << Exact(o.network.latency_s) << " s, trial " << o.trial.candidates << "/"
+      << Exact(o.trial.within) << "/" << o.trial.calls_each << "/" << Exact(o.trial.drop)
+      << ", profile "
+      << o.profiler.schedule.warmup_calls << "/" << o.profiler.schedule.every << "/"
+      << o.profiler.sample_ids << "/" << o.profiler.block_values << "/" << o.profiler.seed
+      << ", max tensors " << o.max_tensors << ", wire values "
+      << WireValuesName(o.scheme.wire_values) << ", block_values " << o.scheme.block_values;
+  return out.str();
+}
+
+}  // namespace
+
+std::string AutoScheme::shared_settings() const {
+  std::string text = SettingsText(options_);
+  return text == SettingsText(AutoOptions{}) ? std::string() : text;
+}
 
 const AutoDecision* AutoScheme::decision(std::string_view tensor) const {
   const auto key = last_key_.find(tensor);

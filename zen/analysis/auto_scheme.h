@@ -124,6 +124,11 @@ class AutoScheme final : public Scheme {
   AutoScheme(SchemeRegistry registry, AutoOptions options);
 
   std::string_view name() const override { return "auto"; }
+  // Everything that decides what auto runs and how (forced scheme,
+  // candidates, rank order, the network it predicts for, the trial and
+  // profiling schedules, the chosen schemes' options): ranks with other
+  // settings could choose, or time, different schemes.
+  std::string shared_settings() const override;
   std::string_view description() const override;
 
   // The latest decision for a tensor (by name and shape: the most recent

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 
@@ -21,6 +22,7 @@
 #include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/schemes/zen.h"
 #include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
@@ -477,6 +479,84 @@ TEST_P(ReliabilitySchemesTest, NaNAndInfPropagateLikeADenseSum) {
 
 INSTANTIATE_TEST_SUITE_P(Registry, ReliabilitySchemesTest, ::testing::ValuesIn(AllSchemes().ids()),
                          [](const auto& info) { return info.param; });
+
+// Ranks whose scheme objects were built with different settings that change
+// what goes on the wire or how it is read (Scheme::shared_settings): every
+// rank raises MismatchError naming its own settings before any data moves,
+// and the next call with shared settings is exact. Before, a rank that owned
+// rows by ranges while its peers hashed them could sum rows each rank read
+// as other rows (or wait out the timeout), and mixed wire values failed
+// mid-exchange with FormatErrors.
+TEST(ReliabilitySettingsTest, RanksBuiltWithOtherSettingsFailEveryRankBeforeDataMoves) {
+  struct Case {
+    std::string label, scheme, expect;     // expect: in the odd rank's message
+    std::function<std::unique_ptr<Scheme>(bool odd)> make;
+  };
+  const std::vector<Case> cases = {
+      {"zen ownership", "zen", "ownership range",
+       [](bool odd) {
+         ZenConfig c;
+         if (odd) c.ownership = ZenOwnership::kRange;
+         return std::make_unique<ZenScheme>(SchemeOptions{}, c);
+       }},
+      {"zen wire values", "zen", "wire values bfloat16",
+       [](bool odd) {
+         SchemeOptions o;
+         if (odd) o.wire_values = WireValues::kBfloat16;
+         return AllSchemes().Create("zen", o);
+       }},
+      {"omnireduce block", "omnireduce", "block_values 64",
+       [](bool odd) {
+         SchemeOptions o;
+         if (odd) o.block_values = 64;
+         return AllSchemes().Create("omnireduce", o);
+       }},
+      {"auto network", "auto", "network 1250000 B/s",
+       [](bool odd) {
+         AutoOptions a;
+         if (odd) a.network.bandwidth_bytes_per_s = 1.25e6;
+         return AllSchemes(a).Create("auto");
+       }},
+  };
+  const int odd = 1;
+  for (const Case& c : cases) {
+    std::mutex mu;
+    std::vector<Outcome> got(kWorld);
+    testing::RunRanks(
+        Backend::kGlooTcp, kWorld,
+        [&](Communicator& comm) {
+          const size_t r = static_cast<size_t>(comm.rank());
+          const std::vector<SparseTensor> in = Inputs(kRows, kWidth, 5);
+          const std::unique_ptr<Scheme> mine = c.make(comm.rank() == odd);
+          const uint64_t sent_before = comm.counters().total_sent();
+          Outcome o = Capture([&] { mine->Sync(comm, in[r]); });
+          const uint64_t sent = comm.counters().total_sent() - sent_before;
+          // The next call, every rank with the same (default) settings.
+          const std::unique_ptr<Scheme> shared = c.make(false);
+          const SparseTensor sum = shared->Sync(comm, in[r]);
+          const Agreement a = DenseReference(in).Compare(sum);
+          std::lock_guard lock(mu);
+          EXPECT_EQ(sent, (kWorld - 1) * 56u)
+              << c.label << ", rank " << r << ": data moved although the settings differ";
+          EXPECT_LE(a.max_rel_error, 1e-5) << c.label << ", rank " << r;
+          EXPECT_EQ(a.rows_mismatch, 0) << c.label << ", rank " << r;
+          got[r] = std::move(o);
+        },
+        kTimeout);
+    for (int r = 0; r < kWorld; ++r) {
+      const Outcome& o = got[static_cast<size_t>(r)];
+      EXPECT_EQ(o.kind, "MismatchError") << c.label << ", rank " << r << ": " << o.what;
+      EXPECT_TRUE(Has(o.what, "rank " + std::to_string(r) + ", tensor 'emb'")) << o.what;
+      EXPECT_TRUE(Has(o.what, "ranks disagree before '" + c.scheme + "'")) << o.what;
+      EXPECT_TRUE(Has(o.what, "other settings of the scheme")) << o.what;
+      EXPECT_TRUE(Has(o.what, "this rank's settings: ")) << o.what;
+      EXPECT_EQ(Has(o.what, c.expect), r == odd) << c.label << ": " << o.what;
+      EXPECT_EQ(Has(o.what, "this rank's settings: the defaults"), r != odd)
+          << c.label << ": " << o.what;
+    }
+    std::printf("[%s] rank %d: %s\n", c.label.c_str(), odd, got[odd].what.c_str());
+  }
+}
 
 }  // namespace
 }  // namespace zen

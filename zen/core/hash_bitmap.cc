@@ -589,10 +589,17 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
   }
   Header h;
   std::memcpy(&h, message.data(), sizeof(h));
-  if (h.magic != kRowMagic || h.version != kRowVersion || h.reserved != 0) {
+  if (h.magic != kRowMagic || h.version != kRowVersion) {
     throw FormatError(where, "row message from server ", server, ": bad magic 0x", std::hex,
                       h.magic, std::dec, " / version ", int{h.version}, " (want 0x", std::hex,
                       kRowMagic, std::dec, " / ", int{kRowVersion}, ")");
+  }
+  if (h.reserved != 0) {
+    throw FormatError(where, "row message from server ", server, ": values in wire format ",
+                      h.reserved, " (",
+                      h.reserved <= 2 ? WireValuesName(static_cast<WireValues>(h.reserved))
+                                      : "unknown",
+                      "), where float32 values (format 0) were expected");
   }
   if (h.width != width) {
     throw FormatError(where, "row message from server ", server, ": width ", h.width, ", expected ",

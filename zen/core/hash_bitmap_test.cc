@@ -486,6 +486,26 @@ TEST_F(MalformedTest, RandomCorruptionNeverCrashes) {
 // ParseRowsAt (8-byte aligned, padding zero), narrowed one by one and
 // packed, then widened back as a sequence with a trailer after them: the
 // same positions, the values rounded to the wire format.
+// A narrowed message read as a float32 one (ranks with other wire values,
+// which the metadata round now catches first) names both formats, not a
+// magic or version that match.
+TEST(HashBitmapMalformed, NarrowedMessageReadAsFloat32NamesTheFormat) {
+  std::vector<std::byte> m;
+  const std::vector<int64_t> positions = {1, 5, 9};
+  EncodeRows(100, 2, positions, Values(positions.size(), 2, 0.5f), EncodingChoice::kCoo, m);
+  NarrowRowsValues(m, 0, WireValues::kBfloat16);
+  try {
+    ParseRows(m, 100, 3, 2, Where{1, "emb"});
+    ADD_FAILURE() << "a narrowed message parsed as float32";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1, tensor 'emb': row message from server 3: values "
+                                         "in wire format 1 (bfloat16), where float32 values "
+                                         "(format 0) were expected"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RowsSequence, ParseNarrowAndWidenBackToBack) {
   const int64_t domain = 1000, width = 3;
   const std::vector<std::vector<int64_t>> groups = {{1, 5, 900}, {}, {7}, {2, 3, 4, 998, 999}};

@@ -266,7 +266,7 @@ void CheckBatchAgree(Communicator& comm, std::string_view batch,
 
 void CheckBatchAgree(Communicator& comm, std::string_view batch,
                      std::span<const BatchTensor> tensors, const std::string& default_scheme,
-                     const SchemeRegistry& registry) {
+                     const SchemeRegistry& registry, std::string_view settings) {
   std::string error;
   uint64_t fingerprint = 1469598103934665603ULL;
   for (const BatchTensor& t : tensors) {
@@ -281,7 +281,7 @@ void CheckBatchAgree(Communicator& comm, std::string_view batch,
     // rows = the number of tensors, width = the fingerprint of their
     // descriptions: any difference is a MismatchError on every rank.
     CheckRanksAgree(comm, "batch", static_cast<int64_t>(tensors.size()),
-                    static_cast<int64_t>(fingerprint >> 1), batch, error);
+                    static_cast<int64_t>(fingerprint >> 1), batch, error, settings);
   } catch (const MismatchError&) {
     if (!comm.out_of_step().empty()) throw;  // another call: nothing to compare
     // In step but different tensors: a second round says which one (only on
@@ -515,7 +515,13 @@ void Context::SyncCoalescedDense(const std::string& batch, std::vector<BatchTens
 
 void Context::Execute(const Job& job) {
   std::vector<BatchTensor>& tensors = *job.tensors;
-  CheckBatchAgree(*comm_, job.name, tensors, options_.scheme, registry_);
+  // The tensors' fields carry their schemes and wire values; what else
+  // the context's schemes are built with and every rank must share: the
+  // block size (OmniReduce's, auto's profile of OmniReduce).
+  const int64_t block = options_.scheme_options.block_values;
+  const std::string settings =
+      block == SchemeOptions{}.block_values ? std::string() : detail::Concat("block_values ", block);
+  CheckBatchAgree(*comm_, job.name, tensors, options_.scheme, registry_, settings);
   const std::vector<std::vector<size_t>> groups =
       CoalescedGroups(tensors, options_.scheme, registry_);
   std::vector<const std::vector<size_t>*> group_of(tensors.size(), nullptr);

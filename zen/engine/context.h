@@ -252,9 +252,11 @@ class Context {
 void CheckBatchAgree(Communicator& comm, std::string_view batch,
                      std::span<const BatchTensor> tensors, const std::string& default_scheme);
 // The same with the registry the tensors' schemes are looked up in
-// (AllSchemes(); a Context passes the one it keeps).
+// (AllSchemes(); a Context passes the one it keeps) and the settings of the
+// schemes it builds that every rank must share (Scheme::shared_settings;
+// a Context passes its SchemeOptions' block size when not the default).
 void CheckBatchAgree(Communicator& comm, std::string_view batch,
                      std::span<const BatchTensor> tensors, const std::string& default_scheme,
-                     const SchemeRegistry& registry);
+                     const SchemeRegistry& registry, std::string_view settings = {});
 
 }  // namespace zen

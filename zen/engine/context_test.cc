@@ -463,6 +463,54 @@ TEST_P(ContextTest, DifferentTensorsFailEveryRankNamingTheTensor) {
   }
 }
 
+// Contexts built with another block size on one rank (the schemes' options
+// every rank must share, Scheme::shared_settings): every rank raises
+// MismatchError naming its own settings, its buffer untouched; the next
+// batch with the same settings is exact.
+TEST_P(ContextTest, ContextsWithOtherSchemeSettingsFailEveryRank) {
+  const Bucket b;
+  std::vector<std::string> what(kWorld);
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        {
+          ContextOptions odd = Opt(GetParam());
+          if (comm.rank() == 1) odd.scheme_options.block_values = 64;
+          Context ctx(comm, odd);
+          const std::vector<float> before = b.inputs[1][r].ToDense();
+          std::vector<float> c = before;
+          std::vector<BatchTensor> batch = {BatchTensor::Dense(b.names[1], c, 37, 1)};
+          try {
+            ctx.Sync("bucket", batch);
+          } catch (const MismatchError& e) {
+            std::lock_guard lock(mu_);
+            what[r] = e.what();
+          }
+          std::lock_guard lock(mu_);
+          EXPECT_EQ(c, before) << "rank " << r << ": the buffer changed although the settings differ";
+        }
+        Context ctx(comm, Opt(GetParam()));
+        std::vector<float> good = b.inputs[1][r].ToDense();
+        std::vector<BatchTensor> ok = {BatchTensor::Dense(b.names[1], good, 37, 1)};
+        ctx.Sync("bucket", ok);
+        const Agreement agree = DenseReference(b.inputs[1]).CompareDense(good);
+        std::lock_guard lock(mu_);
+        EXPECT_EQ(agree.rows_mismatch, 0);
+        EXPECT_LE(agree.max_rel_error, 1e-5);
+      },
+      kTimeout);
+  for (int r = 0; r < kWorld; ++r) {
+    const std::string& w = what[static_cast<size_t>(r)];
+    EXPECT_NE(w.find("rank " + std::to_string(r)), std::string::npos) << w;
+    EXPECT_NE(w.find("other settings of the scheme"), std::string::npos) << w;
+    EXPECT_NE(w.find(r == 1 ? "this rank's settings: block_values 64"
+                            : "this rank's settings: the defaults"),
+              std::string::npos)
+        << w;
+  }
+}
+
 // Half-width values: "auto" becomes zen and the batch is summed with bfloat16
 // on the wire; ranks that disagree on the values all raise MismatchError
 // naming the field.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/peer_pattern.h"
@@ -213,6 +214,13 @@ class OmniReduce final : public Scheme {
     CheckBlockValues(block_values);
   }
   std::string_view name() const override { return "omnireduce"; }
+  // The block size: a rank with another one cuts the tensor into other
+  // blocks, and reads every peer's block indices as other blocks.
+  std::string shared_settings() const override {
+    return block_values_ == SchemeOptions{}.block_values
+               ? std::string()
+               : "block_values " + std::to_string(block_values_);
+  }
   std::string_view description() const override { return kDescription; }
 
  protected:

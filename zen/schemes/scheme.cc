@@ -24,6 +24,15 @@ uint64_t Fingerprint(std::string_view s) {
   return h;
 }
 
+// A scheme's shared settings as the record's bits 16-63: 0 for the
+// defaults (empty), else 48 bits of their fingerprint (never 0).
+constexpr int kSettingsShift = 16;
+uint64_t SettingsKey(std::string_view settings) {
+  if (settings.empty()) return 0;
+  const uint64_t key = Fingerprint(settings) >> kSettingsShift;
+  return (key == 0 ? 1 : key) << kSettingsShift;
+}
+
 // The identity of a call whose tensor has no name: it matches any other
 // (an unnamed call carries nothing to compare).
 constexpr uint64_t kNoIdentity = 0;
@@ -42,7 +51,8 @@ struct Meta {
   uint64_t scheme;  // Fingerprint(scheme id)
   uint64_t call;    // the communicator's call number (NextTag)
   uint64_t key;     // Fingerprint(the call's identity: tensor or bucket name)
-  uint64_t flags;   // bits 0-7: dtype; bit 8: this rank rejected its input
+  uint64_t flags;   // bits 0-7: dtype; bit 8: this rank rejected its input;
+                    // bits 16-63: SettingsKey(the scheme's shared settings)
 };
 static_assert(sizeof(Meta) == 56, "the cost model counts 56 bytes per peer");
 
@@ -72,6 +82,9 @@ std::string Difference(const Meta& mine, const Meta& other) {
   if (other.rows != mine.rows) return detail::Concat("rows ", other.rows, " vs ", mine.rows);
   if (other.width != mine.width) return detail::Concat("width ", other.width, " vs ", mine.width);
   if ((other.flags & 0xff) != (mine.flags & 0xff)) return "a different dtype";
+  if ((other.flags >> kSettingsShift) != (mine.flags >> kSettingsShift)) {
+    return "other settings of the scheme";
+  }
   return {};
 }
 
@@ -83,7 +96,8 @@ const Meta& At(const std::vector<Meta>& all, int r) { return all[static_cast<siz
 Support Scheme::supports(const SparsityProfile&) const { return Support::Yes(); }
 
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
-                     std::string_view tensor, const std::string& local_error) {
+                     std::string_view tensor, const std::string& local_error,
+                     std::string_view settings) {
   const Where where{comm.rank(), tensor};
   if (!comm.out_of_step().empty()) {
     // Pairing this call with whatever the peers send now would sum tensors
@@ -96,7 +110,7 @@ void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, 
   const Meta mine{kMetaMagic,     rows,
                   width,          Fingerprint(scheme),
                   comm.NextTag(), Identity(tensor),
-                  kDtypeF32 | (local_error.empty() ? 0 : kBadInputFlag)};
+                  kDtypeF32 | (local_error.empty() ? 0 : kBadInputFlag) | SettingsKey(settings)};
   const int n = comm.size();
   std::vector<Meta> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm.rank())] = mine;
@@ -141,8 +155,14 @@ void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, 
   for (int r = 0; r < n; ++r) {
     const std::string diff = Difference(mine, At(all, r));
     if (!diff.empty()) {
+      // Only a fingerprint of the settings travels: each rank names its own.
+      const bool settings_differ = (At(all, r).flags ^ mine.flags) >> kSettingsShift != 0;
       throw MismatchError(where, "ranks disagree before '", scheme, "': rank ", r, " sent ", diff,
-                          "; ", Describe(At(all, r), r), ", ", Describe(mine, comm.rank()));
+                          "; ", Describe(At(all, r), r), ", ", Describe(mine, comm.rank()),
+                          settings_differ ? "; this rank's settings: " : "",
+                          !settings_differ     ? std::string_view()
+                          : settings.empty() ? std::string_view("the defaults")
+                                             : settings);
     }
   }
 }
@@ -151,7 +171,7 @@ void Scheme::Reject(Communicator& comm, int64_t rows, int64_t width, std::string
                     const std::string& error) {
   if (check_agreement_) {
     try {
-      CheckRanksAgree(comm, name(), rows, width, tensor, error);
+      CheckRanksAgree(comm, name(), rows, width, tensor, error, shared_settings());
     } catch (const InvalidArgument&) {  // ours, rethrown below without the prefix twice
     }
   }
@@ -196,7 +216,8 @@ auto Guarded(const Where& where, std::string_view scheme, Fn&& fn) -> decltype(f
 SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local) {
   const std::string error = ShapeError(local.rows(), local.width());
   if (check_agreement_) {
-    CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error);
+    CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error,
+                    shared_settings());
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
@@ -211,7 +232,8 @@ void Scheme::SyncInto(Communicator& comm, const SparseTensor& local, std::span<f
   std::string error = ShapeError(local.rows(), local.width());
   if (error.empty()) error = SyncIntoError(local, out, divisor);
   if (check_agreement_) {
-    CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error);
+    CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error,
+                    shared_settings());
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
@@ -272,7 +294,7 @@ void Scheme::SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows
                            " x width ", width);
   }
   if (check_agreement_) {
-    CheckRanksAgree(comm, name(), rows, width, tensor, error);
+    CheckRanksAgree(comm, name(), rows, width, tensor, error, shared_settings());
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), tensor}, error);
   }

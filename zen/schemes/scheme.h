@@ -114,6 +114,15 @@ class Scheme {
   void set_check_agreement(bool on) { check_agreement_ = on; }
   bool check_agreement() const { return check_agreement_; }
 
+  // The settings of this object that every rank must share, because they
+  // change what goes on the wire or how it is read (ZEN's row ownership and
+  // wire values, OmniReduce's block size, what auto may choose), as text;
+  // empty when they are the defaults. The metadata exchange carries a
+  // fingerprint of it: ranks built with different settings raise
+  // MismatchError on every rank before data moves, instead of summing
+  // rows each rank reads differently.
+  virtual std::string shared_settings() const { return {}; }
+
  protected:
   virtual SparseTensor DoSync(Communicator& comm, const SparseTensor& local) = 0;
   // Override when the scheme can consume a dense buffer directly (ZEN's
@@ -172,10 +181,13 @@ inline constexpr Tag kControlTag = 0;
 //   - InvalidArgument when some rank reported bad local input (`local_error`,
 //     empty when fine); the communicator stays usable.
 //   - MismatchError naming the first disagreeing rank and both values when
-//     ranks are in step but disagree on scheme, rows, width or dtype; the
-//     communicator stays usable.
+//     ranks are in step but disagree on scheme, rows, width, dtype or the
+//     scheme's shared settings (`settings`: Scheme::shared_settings(); a
+//     48-bit fingerprint travels, and each rank's error names its own
+//     settings); the communicator stays usable.
 // Sends (n-1) x 56 bytes per rank. Called by Sync/SyncDense/Reject.
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
-                     std::string_view tensor, const std::string& local_error = {});
+                     std::string_view tensor, const std::string& local_error = {},
+                     std::string_view settings = {});
 
 }  // namespace zen

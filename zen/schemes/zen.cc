@@ -80,6 +80,17 @@ std::string_view ZenScheme::description() const {
              : "ZEN pipeline over range partitions (comparison only: imbalanced on skew)";
 }
 
+std::string ZenScheme::shared_settings() const {
+  std::string out;
+  if (config_.ownership != ZenOwnership::kHash) out = "ownership range";
+  if (options_.wire_values != WireValues::kFloat32) {
+    out += out.empty() ? "" : ", ";
+    out += "wire values ";
+    out += WireValuesName(options_.wire_values);
+  }
+  return out;
+}
+
 Support ZenScheme::supports(const SparsityProfile& profile) const {
   if (profile.rows > kMaxPermutedRows) {
     return Support::No("rows " + std::to_string(profile.rows) + " exceed 2^62");

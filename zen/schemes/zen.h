@@ -127,6 +127,11 @@ class ZenScheme final : public Scheme {
   std::string_view description() const override;
   Support supports(const SparsityProfile& profile) const override;
 
+  // Row ownership (when not ZEN's hash) and wire values (when not float32):
+  // a rank that owns rows by ranges, or reads values at another width,
+  // would read every peer's positions or values as something else.
+  std::string shared_settings() const override;
+
   const ZenStats& last_stats() const { return stats_; }
   const ZenConfig& config() const { return config_; }
 
