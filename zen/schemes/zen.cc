@@ -824,8 +824,8 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
 }
 
 template <typename Fn>
-size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn,
-                                   bool own_sole_rows) const {
+size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, const Where& where,
+                                   Fn&& fn, bool own_sole_rows) {
   const size_t j = static_cast<size_t>(server);
   const uint64_t start = static_cast<uint64_t>(domains.start(server));
   const RowOwner& owner = domains.owner();
@@ -841,7 +841,25 @@ size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, Fn&& 
     for (size_t k = 0; k < n; ++k) fn(static_cast<int64_t>(ids[k]), rows[k]);
     n = 0;
   };
+  // A grouped pull's rows come from several messages (each checked
+  // strictly ascending) and this rank's partition: each position is marked,
+  // and one seen before is an error. A plain message needs no marks.
+  const bool grouped = ws_.pulled_own_sole[j] != 0 || !ws_.pulled_groups[j].empty();
+  std::vector<uint64_t>& seen = ws_.seen_positions;
+  if (grouped) seen.assign(static_cast<size_t>(domains.size(server) + 63) / 64, 0);
+  auto mark = [&](int64_t p) {
+    uint64_t& word = seen[static_cast<uint64_t>(p) >> 6];
+    const uint64_t bit = uint64_t{1} << (p & 63);
+    if ((word & bit) != 0) {
+      throw FormatError(where, "zen: row ", domains.IdAt(server, p),
+                        " is twice in the grouped pull of server ", server,
+                        " (a malformed pull: a shared row also sent as a sole row, a sole row "
+                        "twice, or a row this rank sent among another rank's sole rows)");
+    }
+    word |= bit;
+  };
   auto add = [&](const RowsMessage& m, size_t i, int64_t p) {
+    if (grouped) mark(p);
     ids[n] = start + static_cast<uint64_t>(p);
     rows[n++] = m.row(i);
     if (n == kBatch) flush();
@@ -857,6 +875,7 @@ size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, Fn&& 
     const float* own = mine.values_of(server).data();
     const size_t w = static_cast<size_t>(shared.width);
     auto own_row = [&](size_t o) {
+      mark(pushed[o]);
       ++sole;
       if (own_sole_rows) fn(own_ids[o], own + o * w);
     };
@@ -990,7 +1009,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
       ws_.result_sort.Add(ElementWords(domains, j, where));
       return;
     }
-    ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
+    ForEachPulledRow(domains, j, where, [&](int64_t id, const float* row) {
       if (packed) {
         ws_.result_words.push_back(static_cast<uint64_t>(id) << 32 | ws_.rows.size());
       } else {
@@ -1090,20 +1109,10 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
   }
   stats_.decode_seconds += Since(t0);
   stats_.result_rows = static_cast<int64_t>(ids.size());
-  // Sorted, and unique by construction where each server's rows are one
-  // message (the servers' domains are disjoint and each message's positions
-  // were checked strictly ascending, by ParseRows or as they were read).
-  // A grouped pull's rows are several messages and this rank's own rows:
-  // a malformed one could repeat a row, checked here (wide rows: one
-  // comparison per row of at least 8 bytes).
-  if (!element) {
-    const auto dup = std::adjacent_find(ids.begin(), ids.end());
-    if (dup != ids.end()) {
-      throw FormatError(where, "zen: row ", *dup,
-                        " arrived twice in the pull of the server that owns it (a malformed "
-                        "grouped pull: a shared row also sent as a sole row, or sole twice)");
-    }
-  }
+  // Sorted, and unique by construction: the servers' domains are disjoint,
+  // each message's positions were checked strictly ascending (by ParseRows
+  // or as they were read), and a grouped pull's messages disjoint
+  // (ForEachPulledRow).
   return SparseTensor::FromSortedUnchecked(local.rows(), local.width(), std::move(ids),
                                            std::move(values), local.name());
 }
@@ -1153,7 +1162,7 @@ void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::s
       stats_.result_rows += ws_.pulled[static_cast<size_t>(j)].count;
       return;
     }
-    ForEachPulledRow(domains, j, [&](int64_t id, const float* row) {
+    ForEachPulledRow(domains, j, where, [&](int64_t id, const float* row) {
       float* dst = out.data() + static_cast<size_t>(id) * w;
       if (scaled) {
         for (size_t k = 0; k < w; ++k) dst[k] = row[k] / divisor;
@@ -1200,7 +1209,7 @@ void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t
   // in the buffer already: not rewritten.)
   Exchange(comm, domains, width, where, [&](const HashDomains&, int j) {
     stats_.result_rows += static_cast<int64_t>(ForEachPulledRow(
-        domains, j,
+        domains, j, where,
         [&](int64_t id, const float* row) {
           CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row,
                   width);

@@ -196,6 +196,7 @@ class ZenScheme final : public Scheme {
     std::vector<RowsLayout> class_layouts;
     std::vector<float*> class_next;  // where each class's next sum goes
     std::vector<size_t> widen_scratch;  // WidenRowsSequence's
+    std::vector<uint64_t> seen_positions;  // ForEachPulledRow's, a grouped pull's rows
     std::vector<RowsView> parts;
     std::vector<RowsMessage> pushed;  // element path: the peers' COO32 pushes, viewed
     std::vector<int64_t> served_positions;
@@ -320,10 +321,13 @@ class ZenScheme final : public Scheme {
   // rows include this rank's sole rows (their values from its own
   // partition) unless own_sole_rows is false (the dense path, whose buffer
   // holds them already). Returns how many sole rows of this rank the pull
-  // left out.
+  // left out. A grouped pull is several messages: a row in two of them, or
+  // a row this rank pushed among another rank's sole rows (a malformed
+  // pull: each output would keep one copy) is a FormatError, prefixed by
+  // `where`.
   template <typename Fn>
-  size_t ForEachPulledRow(const HashDomains& domains, int server, Fn&& fn,
-                          bool own_sole_rows = true) const;
+  size_t ForEachPulledRow(const HashDomains& domains, int server, const Where& where, Fn&& fn,
+                          bool own_sole_rows = true);
 
   SchemeOptions options_;
   ZenConfig config_;

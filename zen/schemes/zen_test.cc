@@ -26,6 +26,7 @@
 #include "zen/core/half.h"
 #include "zen/core/reduce.h"
 #include "zen/testing/reference.h"
+#include "zen/testing/scripted_communicator.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {
@@ -1125,6 +1126,109 @@ TEST(ZenHugeRows, FewNonZerosOfTwoToThe31And40RowsSyncInMilliseconds) {
       // materialized domains took seconds and 8 bytes per row: 16 GiB at 2^31).
       EXPECT_LT(slowest, 1.0);
       EXPECT_LT(grown_kb, 64 * 1024);
+    }
+  }
+}
+
+// A malformed grouped pull from a peer (a script; rank 0 runs the real
+// scheme, world 2): a row in two of its messages, or one of rank 0's own
+// rows among the peer's sole rows, is a FormatError naming the row on every
+// output path (each would otherwise keep one copy: the dense outputs
+// silently). The same script with a well-formed window returns the sum.
+TEST(Zen, MalformedGroupedPullIsAFormatErrorOnEveryOutput) {
+  constexpr int64_t kRowsN = 1000, kW = 4;
+  const HashDomains domains(RowOwner::Permuted(SchemeOptions{}.seed, kRowsN, 2, 0));
+  // Rank 0's rows: ids 0, 3, 6, ...; those server 1 owns, by position.
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < kRowsN; id += 3) ids.push_back(id);
+  const SparseTensor local = SparseTensor::FromCoo(
+      kRowsN, kW, ids, std::vector<float>(ids.size() * static_cast<size_t>(kW), 1.0f),
+      Duplicates::kReject, "emb");
+  std::vector<int64_t> pushed;  // rank 0's positions in server 1's domain
+  for (int64_t id : ids) {
+    const RowPlace at = domains.Locate(id);
+    if (at.server == 1) pushed.push_back(at.position);
+  }
+  std::sort(pushed.begin(), pushed.end());
+  std::vector<int64_t> others;  // positions of server 1 that rank 0 did not push
+  for (int64_t p = 0; p < domains.size(1) && others.size() < 2; ++p) {
+    if (!std::binary_search(pushed.begin(), pushed.end(), p)) others.push_back(p);
+  }
+  ASSERT_GE(pushed.size(), 3u);
+  ASSERT_EQ(others.size(), 2u);
+  auto rows_message = [&](int64_t domain, std::vector<int64_t> positions) {
+    std::sort(positions.begin(), positions.end());
+    ByteBuffer m;
+    EncodeRows(domain, kW, positions,
+               std::vector<float>(positions.size() * static_cast<size_t>(kW), 2.0f),
+               EncodingChoice::kCoo, m);
+    return m;
+  };
+  // Server 1's window for rank 0: the peer's sole rows, then the shared rows.
+  auto window = [&](const std::vector<int64_t>& sole, const std::vector<int64_t>& shared) {
+    ByteBuffer w = rows_message(domains.size(1), sole);
+    w.resize(RowsPadded(w.size()), std::byte{0});
+    const ByteBuffer s = rows_message(domains.size(1), shared);
+    w.insert(w.end(), s.begin(), s.end());
+    return w;
+  };
+  auto twice = [&](int64_t position) {
+    return "row " + std::to_string(domains.IdAt(1, position)) +
+           " is twice in the grouped pull of server 1";
+  };
+  struct Case {
+    std::string label;
+    ByteBuffer pull;
+    std::string error;  // empty: well-formed
+  };
+  const std::vector<Case> cases = {
+      {"well-formed", window({others[0], others[1]}, {pushed[0], pushed[1]}), ""},
+      {"a row in two messages", window({others[0], others[1]}, {pushed[0], others[1]}),
+       twice(others[1])},
+      {"rank 0's row among the peer's sole rows", window({others[0], pushed[2]}, {pushed[0]}),
+       twice(pushed[2])},
+  };
+  for (const Case& c : cases) {
+    for (int output = 0; output < 3; ++output) {
+      // The peer's data messages: its push (rows at positions 1 and 7 of
+      // server 0), then its pull; the metadata record is rank 0's own.
+      const ByteBuffer push = rows_message(domains.size(0), {1, 7});
+      int announced = 0, answered = 0;
+      testing::ScriptedComm comm(
+          [&](Tag tag, size_t, std::deque<ByteBuffer>& sent) {
+            if (tag == kControlTag) {
+              ByteBuffer b = std::move(sent.front());
+              sent.pop_front();
+              return b;
+            }
+            return answered++ == 0 ? push : c.pull;
+          },
+          [&](Tag, int64_t) {
+            return static_cast<int64_t>(announced++ == 0 ? push.size() : c.pull.size());
+          });
+      ZenScheme scheme;
+      std::vector<float> out(static_cast<size_t>(kRowsN * kW));
+      std::string what;
+      try {
+        if (output == 0) {
+          const SparseTensor sum = scheme.Sync(comm, local);
+          EXPECT_GT(sum.nnz(), ids.size()) << c.label;
+        } else if (output == 1) {
+          scheme.SyncInto(comm, local, out);
+        } else {
+          std::vector<float> buffer = local.ToDense();
+          scheme.SyncDense(comm, buffer, kRowsN, kW, "emb");
+        }
+      } catch (const FormatError& e) {
+        what = e.what();
+      }
+      if (c.error.empty()) {
+        EXPECT_EQ(what, "") << c.label << ", output " << output;
+        EXPECT_EQ(scheme.last_stats().pull_coo_messages, 1) << c.label;
+      } else {
+        EXPECT_NE(what.find("rank 0, tensor 'emb': zen: " + c.error), std::string::npos)
+            << c.label << ", output " << output << ": " << what;
+      }
     }
   }
 }
