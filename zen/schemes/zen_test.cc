@@ -1228,6 +1228,8 @@ TEST(Zen, MalformedGroupedPullIsAFormatErrorOnEveryOutput) {
       } else {
         EXPECT_NE(what.find("rank 0, tensor 'emb': zen: " + c.error), std::string::npos)
             << c.label << ", output " << output << ": " << what;
+        // What users see (docs/reliability.md quotes it).
+        if (output == 1) std::printf("[%s] %s\n", c.label.c_str(), what.c_str());
       }
     }
   }
