@@ -212,15 +212,12 @@ void FinishAllGatherV(Communicator& comm, Tag tag, std::span<const std::byte> mi
 
 void FinishAllToAllVEach(Communicator& comm, Tag tag, std::span<const ByteBuffer> per_peer,
                          RequestList& requests, FunctionRef<void(int peer)> on_message) {
-  const int n = comm.size();
-  const int r = comm.rank();
-  if (n == 1) return;
+  if (comm.size() == 1) return;
   CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
-  for (int s = 1; s < n; ++s) {
-    const int to = AllToAllSendPeer(r, n, s);
-    requests.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
-  }
-  WaitEachAndClear(comm, requests, on_message);
+  FinishAllToAllVSpansEach(
+      comm, tag,
+      [&](int peer) { return std::span<const std::byte>(per_peer[static_cast<size_t>(peer)]); },
+      requests, on_message);
 }
 
 void FinishAllGatherVEach(Communicator& comm, Tag tag, std::span<const std::byte> mine,

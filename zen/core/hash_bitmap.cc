@@ -450,6 +450,19 @@ void NarrowRowsValues(std::vector<std::byte>& msg, size_t at, WireValues v) {
 
 namespace {
 
+// Whether h heads a narrowed message of `width` over `domain_size` with
+// values `v` (what WidenRowsValues and WidenRowsSequence accept); sets its
+// values' offset, their count n, and its narrowed and widened sizes.
+bool NarrowSizes(const Header& h, int64_t domain_size, int64_t width, WireValues v,
+                 size_t& offset, size_t& n, size_t& narrow, size_t& wide) {
+  return h.magic == kRowMagic && h.version == kRowVersion &&
+         h.reserved == static_cast<uint16_t>(v) && h.width == width && h.count >= 0 &&
+         h.count <= domain_size && ValuesOffset(h, domain_size, offset) &&
+         TryMul(static_cast<size_t>(h.count), static_cast<size_t>(width), n) &&
+         TryMul(n, sizeof(uint16_t), narrow) && TryAdd(offset, narrow, narrow) &&
+         TryAdd(narrow, n * sizeof(uint16_t), wide);
+}
+
 // The n 16-bit values of the narrowed message at `message` (its values at
 // byte `offset`), widened to float32 in place, backward (float i lands at
 // or after the 16-bit value i; the message has room for them), and its
@@ -486,12 +499,7 @@ void WidenRowsSequence(std::vector<std::byte>& bytes, size_t end, int64_t domain
                         ": no room for its ", kRowHeaderBytes, "-byte header");
     }
     std::memcpy(&h, bytes.data() + at, sizeof(h));
-    if (h.magic != kRowMagic || h.version != kRowVersion ||
-        h.reserved != static_cast<uint16_t>(v) || h.width != width || h.count < 0 ||
-        h.count > domain_size || !ValuesOffset(h, domain_size, offset) ||
-        !TryMul(static_cast<size_t>(h.count), static_cast<size_t>(width), n) ||
-        !TryMul(n, sizeof(uint16_t), narrow) || !TryAdd(offset, narrow, narrow) ||
-        narrow > end - at || !TryAdd(narrow, n * sizeof(uint16_t), wide)) {
+    if (!NarrowSizes(h, domain_size, width, v, offset, n, narrow, wide) || narrow > end - at) {
       throw FormatError(where, "row message from server ", server, " at byte ", at,
                         ": not a message of width ", width, " with ", WireValuesName(v),
                         " values that fits (format field ", h.reserved, ")");
@@ -544,12 +552,7 @@ void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t w
                       " bytes, less than its ", kRowHeaderBytes, "-byte header");
   }
   std::memcpy(&h, msg.data(), sizeof(h));
-  if (h.magic != kRowMagic || h.version != kRowVersion || h.reserved != static_cast<uint16_t>(v) ||
-      h.width != width || h.count < 0 || h.count > domain_size ||
-      !ValuesOffset(h, domain_size, offset) ||
-      !TryMul(static_cast<size_t>(h.count), static_cast<size_t>(width), n) ||
-      !TryMul(n, sizeof(uint16_t), narrow) || !TryAdd(offset, narrow, narrow) ||
-      narrow != msg.size() || !TryAdd(narrow, n * sizeof(uint16_t), wide)) {
+  if (!NarrowSizes(h, domain_size, width, v, offset, n, narrow, wide) || narrow != msg.size()) {
     throw FormatError(where, "row message from server ", server, ": not a message of width ",
                       width, " with ", WireValuesName(v), " values (", msg.size(),
                       " bytes, format field ", h.reserved, ")");

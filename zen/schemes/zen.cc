@@ -233,13 +233,8 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     double handed_on = 0;  // seconds spent parsing and in on_pulled
     stats_.pull_encoding = ws.pull_layout.encoding;
     if (!grouped) NarrowRowsValues(ws.pull_send, 0, options_.wire_values);  // grouped: done
-    stats_.pull_rows_sent = served * (n - 1);
-    if (grouped) {
-      for (int d = 0; d < n; ++d) {
-        if (d == r) continue;
-        stats_.pull_rows_sent -= static_cast<int64_t>(ws.class_rows[1 + static_cast<size_t>(d)]);
-      }
-    }
+    stats_.pull_rows_sent =
+        served * (n - 1) - (grouped ? static_cast<int64_t>(ws.left_out_rows) : 0);
     // Half-width values: a receiver's own sole rows, left out of a grouped
     // pull, must be what the others receive: its values rounded to the
     // wire's format and back (the pushes are encoded already, and this
@@ -516,7 +511,8 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   }
   ws.served_positions.resize(served);
   ws.served_class.resize(served);
-  size_t left_out = 0;  // rows not sent back to their sole contributor
+  size_t& left_out = ws.left_out_rows;  // rows not sent back to their sole contributor
+  left_out = 0;
   for (size_t q = 0; q < parts; ++q) {
     if (q != static_cast<size_t>(server)) left_out += ws.class_rows[1 + q];
   }

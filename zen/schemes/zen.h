@@ -185,6 +185,7 @@ class ZenScheme final : public Scheme {
     std::vector<uint32_t> served_class;
     std::vector<size_t> class_rows, class_slots;
     std::vector<int64_t> class_positions;  // the positions, grouped by class
+    size_t left_out_rows = 0;  // grouped: the rows not sent back to their sole contributor
     std::vector<size_t> windows;
     // Per server: its grouped pull's group messages received (the sole rows
     // of the other ranks), viewed in pull_recv.
