@@ -256,11 +256,17 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
     t.median_s = Median(t.times_s);
     if (best < 0 || t.median_s < best) best = t.median_s;
   }
-  // Candidates far behind the best so far are not timed again.
+  // Candidates far behind the best so far are not timed again. One call is
+  // weak evidence: two single calls of schemes whose steady states are
+  // within a few percent differed by 1.7x on the testbed (a lucky first
+  // call of one, docs/sections/cost-model.md), so a candidate timed once
+  // must be drop^2 behind (2.25x at the default) to go.
   std::vector<size_t> live;
+  const double drop = options_.trial.drop;
   for (size_t k : state.live) {
+    const double factor = d.trials[k].times_s.size() < 2 ? std::max(drop, drop * drop) : drop;
     // (The best itself always stays, whatever `drop` is.)
-    if (d.trials[k].median_s > options_.trial.drop * best && d.trials[k].median_s > best) {
+    if (d.trials[k].median_s > factor * best && d.trials[k].median_s > best) {
       d.trials[k].dropped = true;
     } else {
       live.push_back(k);

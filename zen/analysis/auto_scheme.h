@@ -70,6 +70,7 @@ struct AutoTrialOptions {
   int calls_each = 5;     // timed calls per candidate at most (>= 1)
   double drop = 1.5;      // after each round, candidates whose median exceeds
                           // this factor x the best's are not timed again
+                          // (timed once: drop^2 x, for drop > 1)
 };
 
 struct AutoOptions {
