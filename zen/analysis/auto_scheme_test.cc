@@ -431,8 +431,8 @@ class ScriptedTimeScheme final : public Scheme {
 };
 
 // One call is weak evidence: a candidate 1.6x behind after its first call
-// (a slow first call: a scheme's first use broadcasts its seed and grows its
-// workspace) is timed again and wins once its later calls are fast. With
+// (a first use may broadcast a seed and grow a workspace; or it is noise) is
+// timed again and wins once its later calls are fast. With
 // the old rule (drop at 1.5x after any round) it went after that call and
 // the slower scheme won. A candidate more than drop^2 behind after one call
 // still goes (TimedShortlistOverrulesAWrongPrediction: 20 ms against < 1).
