@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -272,10 +273,21 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
       live.push_back(k);
     }
   }
+  // The next round starts one candidate further (A B C, B C A, C A B, ...,
+  // the same on every rank): no candidate always takes a round's first
+  // call, which can run differently from the others (on the testbed,
+  // agsparse, always first, ran its first trial calls up to 2x faster
+  // than its later ones: docs/sections/cost-model.md).
+  std::sort(live.begin(), live.end());
+  ++state.rounds;
+  if (!live.empty()) {
+    std::rotate(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(
+                                                  static_cast<size_t>(state.rounds) % live.size()),
+                live.end());
+  }
   state.live = std::move(live);
   state.next = 0;
   state.round_times.clear();
-  ++state.rounds;
   if (state.rounds < std::max(1, options_.trial.calls_each) && state.live.size() > 1) return;
   d.chosen = FastestTrial(d.trials);
   d.measured = true;

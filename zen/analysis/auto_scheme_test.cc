@@ -407,11 +407,13 @@ TEST(AutoSchemeTest, TimedShortlistOverrulesAWrongPrediction) {
 }
 
 // Sleeps sleeps_ms[i] on rank 1 in its i-th call (the last entry from then
-// on), then runs agsparse: exact, only its time is scripted.
+// on), then runs agsparse: exact, only its time is scripted. On rank 0 each
+// call appends the scheme's name to *order when given.
 class ScriptedTimeScheme final : public Scheme {
  public:
-  ScriptedTimeScheme(std::string name, std::vector<int> sleeps_ms)
-      : name_(std::move(name)), sleeps_ms_(std::move(sleeps_ms)),
+  ScriptedTimeScheme(std::string name, std::vector<int> sleeps_ms,
+                     std::vector<std::string>* order = nullptr)
+      : name_(std::move(name)), sleeps_ms_(std::move(sleeps_ms)), order_(order),
         inner_(BuiltinSchemes().Create("agsparse")) {}
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return "scripted times"; }
@@ -420,12 +422,14 @@ class ScriptedTimeScheme final : public Scheme {
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
     const int ms = sleeps_ms_[std::min(calls_++, sleeps_ms_.size() - 1)];
     if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    if (comm.rank() == 0 && order_ != nullptr) order_->push_back(name_);
     return Dispatch(*inner_, comm, local);
   }
 
  private:
   std::string name_;
   std::vector<int> sleeps_ms_;
+  std::vector<std::string>* order_;
   size_t calls_ = 0;
   std::unique_ptr<Scheme> inner_;
 };
@@ -480,6 +484,48 @@ TEST(AutoSchemeTest, OneSlowFirstCallDoesNotDropACandidate) {
     chosen[r] = d->chosen;
   });
   EXPECT_EQ(chosen, std::vector<std::string>(3, "cold"));
+}
+
+// Each trial round starts one candidate further (A B C, B C A, C A B): none
+// always takes a round's first call, which can run differently from the
+// rest (docs/sections/cost-model.md).
+TEST(AutoSchemeTest, TrialRoundsRotateWhoGoesFirst) {
+  const auto inputs = GenerateSynthetic(
+      ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.02,skew=1.1,seed=4"), 2);
+  std::vector<std::string> order;  // rank 0's calls of the candidates, in turn
+  SchemeRegistry reg = BuiltinSchemes();
+  const std::vector<std::string> ids = {"a", "b", "c"};
+  for (const std::string& id : ids) {
+    SchemeInfo info{id, "scripted times",
+                    [id, &order](const SchemeOptions&) -> std::unique_ptr<Scheme> {
+                      return std::make_unique<ScriptedTimeScheme>(id, std::vector<int>{2},
+                                                                  &order);
+                    }};
+    info.cost = [](const CostInputs& in) { return NewVolumes(in); };
+    reg.Add(info);
+  }
+  testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+    AutoOptions options;
+    options.candidates = ids;
+    options.profiler.schedule = {/*warmup_calls=*/1, /*every=*/100};
+    // Equal times: no candidate is dropped, 3 rounds of 3 calls.
+    options.trial = {/*candidates=*/3, /*within=*/1e9, /*calls_each=*/3, /*drop=*/1e9};
+    AutoScheme scheme(reg, options);
+    const SparseTensor& local = inputs[static_cast<size_t>(comm.rank())];
+    for (int call = 0; call < 9; ++call) scheme.Sync(comm, local);
+  });
+  ASSERT_EQ(order.size(), 9u);
+  // Rounds of the shortlist's order rotated by 0, 1, 2: each candidate first once.
+  std::set<std::string> firsts = {order[0], order[3], order[6]};
+  EXPECT_EQ(firsts.size(), 3u) << order[0] << order[3] << order[6];
+  for (size_t round = 0; round < 3; ++round) {
+    std::set<std::string> in_round(order.begin() + static_cast<std::ptrdiff_t>(3 * round),
+                                   order.begin() + static_cast<std::ptrdiff_t>(3 * round + 3));
+    EXPECT_EQ(in_round.size(), 3u) << "round " << round << ": every candidate once";
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(order[3 * round + i], order[(i + round) % 3]) << "round " << round << ", call " << i;
+    }
+  }
 }
 
 TEST(AutoSchemeTest, OneShortlistedCandidateIsNotTimed) {
