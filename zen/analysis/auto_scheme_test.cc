@@ -296,23 +296,33 @@ TEST(AutoSchemeTest, RefusingSchemeIsSkippedWithFallback) {
   }
 }
 
-// A scheme the cost model believes costs nothing (metadata only) but that is
-// slow: agsparse's sums, 20 ms late on rank 1 only.
-class SlowScheme final : public Scheme {
+// agsparse's sums, late by a script: sleeps sleeps_ms[i] on rank 1 in its
+// i-th call (the last entry from then on). Counts every rank's calls in
+// *calls and, on rank 0, appends its name to *order, when given.
+class ScriptedTimeScheme final : public Scheme {
  public:
-  explicit SlowScheme(std::atomic<int>* calls) : calls_(calls), inner_(BuiltinSchemes().Create("agsparse")) {}
-  std::string_view name() const override { return "slow"; }
-  std::string_view description() const override { return "predicted free, 20 ms late on rank 1"; }
+  ScriptedTimeScheme(std::string name, std::vector<int> sleeps_ms,
+                     std::atomic<int>* calls = nullptr, std::vector<std::string>* order = nullptr)
+      : name_(std::move(name)), sleeps_ms_(std::move(sleeps_ms)), calls_(calls), order_(order),
+        inner_(BuiltinSchemes().Create("agsparse")) {}
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override { return "scripted times"; }
 
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
-    ++*calls_;
-    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int ms = sleeps_ms_[std::min(my_calls_++, sleeps_ms_.size() - 1)];
+    if (calls_ != nullptr) ++*calls_;
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    if (comm.rank() == 0 && order_ != nullptr) order_->push_back(name_);
     return Dispatch(*inner_, comm, local);
   }
 
  private:
+  std::string name_;
+  std::vector<int> sleeps_ms_;
   std::atomic<int>* calls_;
+  std::vector<std::string>* order_;
+  size_t my_calls_ = 0;
   std::unique_ptr<Scheme> inner_;
 };
 
@@ -329,7 +339,9 @@ TEST(AutoSchemeTest, TimedShortlistOverrulesAWrongPrediction) {
     std::atomic<int> slow_calls{0};
     SchemeRegistry reg = BuiltinSchemes();
     SchemeInfo slow{"slow", "predicted free", [&](const SchemeOptions&) -> std::unique_ptr<Scheme> {
-                      return std::make_unique<SlowScheme>(&slow_calls);
+                      // The cost model believes it free (metadata only); 20 ms late on rank 1.
+                      return std::make_unique<ScriptedTimeScheme>("slow", std::vector<int>{20},
+                                                                  &slow_calls);
                     }};
     slow.cost = [](const CostInputs& in) { return NewVolumes(in); };
     reg.Add(slow);
@@ -406,34 +418,6 @@ TEST(AutoSchemeTest, TimedShortlistOverrulesAWrongPrediction) {
   }
 }
 
-// Sleeps sleeps_ms[i] on rank 1 in its i-th call (the last entry from then
-// on), then runs agsparse: exact, only its time is scripted. On rank 0 each
-// call appends the scheme's name to *order when given.
-class ScriptedTimeScheme final : public Scheme {
- public:
-  ScriptedTimeScheme(std::string name, std::vector<int> sleeps_ms,
-                     std::vector<std::string>* order = nullptr)
-      : name_(std::move(name)), sleeps_ms_(std::move(sleeps_ms)), order_(order),
-        inner_(BuiltinSchemes().Create("agsparse")) {}
-  std::string_view name() const override { return name_; }
-  std::string_view description() const override { return "scripted times"; }
-
- protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
-    const int ms = sleeps_ms_[std::min(calls_++, sleeps_ms_.size() - 1)];
-    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    if (comm.rank() == 0 && order_ != nullptr) order_->push_back(name_);
-    return Dispatch(*inner_, comm, local);
-  }
-
- private:
-  std::string name_;
-  std::vector<int> sleeps_ms_;
-  std::vector<std::string>* order_;
-  size_t calls_ = 0;
-  std::unique_ptr<Scheme> inner_;
-};
-
 // One call is weak evidence: a candidate 1.6x behind after its first call
 // (a first use may broadcast a seed and grow a workspace; or it is noise) is
 // timed again and wins once its later calls are fast. With
@@ -499,7 +483,7 @@ TEST(AutoSchemeTest, TrialRoundsRotateWhoGoesFirst) {
     SchemeInfo info{id, "scripted times",
                     [id, &order](const SchemeOptions&) -> std::unique_ptr<Scheme> {
                       return std::make_unique<ScriptedTimeScheme>(id, std::vector<int>{2},
-                                                                  &order);
+                                                                  nullptr, &order);
                     }};
     info.cost = [](const CostInputs& in) { return NewVolumes(in); };
     reg.Add(info);
@@ -523,7 +507,8 @@ TEST(AutoSchemeTest, TrialRoundsRotateWhoGoesFirst) {
                                    order.begin() + static_cast<std::ptrdiff_t>(3 * round + 3));
     EXPECT_EQ(in_round.size(), 3u) << "round " << round << ": every candidate once";
     for (size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(order[3 * round + i], order[(i + round) % 3]) << "round " << round << ", call " << i;
+      EXPECT_EQ(order[3 * round + i], order[(i + round) % 3])
+          << "round " << round << ", call " << i;
     }
   }
 }
