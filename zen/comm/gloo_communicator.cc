@@ -77,11 +77,14 @@ uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
 //
 // The eager limit depends only on the world size, so all ranks agree on it:
 // 16 MiB of posted frames per all-to-all round (n-1 receives), at least
-// 64 KiB and at most 1 MiB per message. Measured on the 8-host testbed, a
-// second transfer costs a send-ready/receive-ready handshake whose small
-// control messages queue behind the bulk data on a loaded link.
+// 64 KiB and at most 2 MiB per message (2 MiB at n <= 9). Measured on the
+// 8-host testbed, a second transfer costs a send-ready/receive-ready
+// handshake whose small control messages queue behind the bulk data on a
+// loaded link: with the earlier 1 MiB cap, messages of 1.0-1.2 MB per peer
+// (30000 x 512 rows, uniform, 2%) took zen 257 ms, with 2 MiB 167-171
+// (docs/performance.md, 2026-12-06).
 uint64_t EagerBytes(int world) {
-  constexpr uint64_t kMin = uint64_t{64} << 10, kMax = uint64_t{1} << 20;
+  constexpr uint64_t kMin = uint64_t{64} << 10, kMax = uint64_t{2} << 20;
   constexpr uint64_t kRoundBudget = uint64_t{16} << 20;
   const uint64_t peers = world > 1 ? static_cast<uint64_t>(world - 1) : 1;
   return std::clamp(kRoundBudget / peers, kMin, kMax);
@@ -97,10 +100,11 @@ uint64_t PayloadSlot(Tag tag, uint64_t bytes) { return (Mix64(Mix64(tag) + bytes
 // receive cost a malloc/free pair, often an mmap/munmap and page faults,
 // and a Gloo buffer object). A frame goes back only when its transfer
 // completed: after a failure Gloo may still hold it, so it is dropped as
-// before. At most kPoolBytes of idle frames are kept (two all-to-all
-// rounds' receives at any world size); above that a frame is freed. Shared
+// before. At most kPoolBytes of idle frames are kept (the sends' and the
+// receives' frames of two all-to-all rounds at any world size, zen's push
+// and pull posted together); above that a frame is freed. Shared
 // by the communicator and its requests (a request may outlive it).
-constexpr uint64_t kPoolBytes = uint64_t{32} << 20;
+constexpr uint64_t kPoolBytes = uint64_t{64} << 20;
 
 class FramePool {
  public:

@@ -54,6 +54,45 @@ TEST_P(TransportTest, ZeroLengthMessagesAreDeliveredAndCounted) {
   });
 }
 
+// Sizes on both sides of Gloo's eager limits (1 MiB at n = 3 and before
+// 2026-12-06 at n = 8, 2 MiB now at n <= 9; docs/sections/comm.md): one
+// transfer or two, every byte arrives, through exact and bounded receives,
+// several in flight at once under one tag.
+TEST_P(TransportTest, MessagesAroundTheEagerLimitsArriveWhole) {
+  const std::vector<size_t> sizes = {(size_t{1} << 20) - 1, size_t{1} << 20, (size_t{1} << 20) + 1,
+                                     (size_t{2} << 20) - 8, size_t{2} << 20, (size_t{2} << 20) + 8,
+                                     (size_t{5} << 20) + 3};
+  RunRanks(GetParam(), 3, [&](Communicator& comm) {
+    if (comm.rank() != 0) {
+      std::vector<ByteBuffer> out;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        out.push_back(Bytes(sizes[k], static_cast<int>(k) + 7 * comm.rank()));
+      }
+      RequestList sends;
+      for (const ByteBuffer& b : out) sends.push_back(comm.Send(0, 9, b));
+      for (auto& r : sends) r->Wait();
+      return;
+    }
+    for (int from = 1; from <= 2; ++from) {
+      std::vector<ByteBuffer> got(sizes.size());
+      RequestList recvs;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        if (k % 2 == 0) {
+          got[k].resize(sizes[k]);
+          recvs.push_back(comm.Recv(from, 9, got[k]));
+        } else {
+          recvs.push_back(comm.RecvUpTo(from, 9, got[k], int64_t{8} << 20));
+        }
+      }
+      for (auto& r : recvs) r->Wait();
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        EXPECT_EQ(got[k], Bytes(sizes[k], static_cast<int>(k) + 7 * from))
+            << "from " << from << ", size " << sizes[k];
+      }
+    }
+  });
+}
+
 TEST_P(TransportTest, MatchesByTagAndKeepsOrderWithinATag) {
   RunRanks(GetParam(), 2, [&](Communicator& comm) {
     const std::vector<size_t> sizes = {3, 0, 5, 3};
