@@ -54,10 +54,10 @@ TEST_P(TransportTest, ZeroLengthMessagesAreDeliveredAndCounted) {
   });
 }
 
-// Sizes on both sides of Gloo's eager limits (1 MiB at n = 3 and before
-// 2026-12-06 at n = 8, 2 MiB now at n <= 9; docs/sections/comm.md): one
-// transfer or two, every byte arrives, through exact and bounded receives,
-// several in flight at once under one tag.
+// Sizes on both sides of Gloo's eager limit (2 MiB at n <= 9, this test's
+// 3 ranks among them; 1 MiB at n = 8 before 2026-12-06;
+// docs/sections/comm.md): one transfer or two, every byte arrives, through
+// exact and bounded receives, several in flight at once under one tag.
 TEST_P(TransportTest, MessagesAroundTheEagerLimitsArriveWhole) {
   const std::vector<size_t> sizes = {(size_t{1} << 20) - 1, size_t{1} << 20, (size_t{1} << 20) + 1,
                                      (size_t{2} << 20) - 8, size_t{2} << 20, (size_t{2} << 20) + 8,

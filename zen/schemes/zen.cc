@@ -1080,7 +1080,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local) {
       } else {
         // Appended into storage reserved without a zeroing pass.
         values.reserve(total * w);  // <= rows x width: checked when the call was validated
-        // The row kAhead rows ahead: a row lies at a random place; one of
+        // The row kAhead rows ahead (rows lie at random places): a row of
         // up to four cache lines (64 floats) is prefetched whole (the
         // larger workload, 2026-12-06: its decode phase 5-27% shorter than
         // with its first line alone, docs/performance.md), a wider one by
