@@ -326,6 +326,19 @@ class ScriptedTimeScheme final : public Scheme {
   std::unique_ptr<Scheme> inner_;
 };
 
+// A registry entry for a ScriptedTimeScheme that the cost model believes
+// free (metadata only). calls and order, when given, outlive the registry.
+SchemeInfo ScriptedTimeInfo(const std::string& name, std::vector<int> sleeps_ms,
+                            std::atomic<int>* calls = nullptr,
+                            std::vector<std::string>* order = nullptr) {
+  SchemeInfo info{name, "scripted times",
+                  [=](const SchemeOptions&) -> std::unique_ptr<Scheme> {
+                    return std::make_unique<ScriptedTimeScheme>(name, sleeps_ms, calls, order);
+                  }};
+  info.cost = [](const CostInputs& in) { return NewVolumes(in); };
+  return info;
+}
+
 TEST(AutoSchemeTest, TimedShortlistOverrulesAWrongPrediction) {
   const auto inputs = GenerateSynthetic(
       ParseSyntheticSpec("zipf:rows=5000,width=8,density=0.02,skew=1.1,seed=9"), 3);
@@ -338,13 +351,7 @@ TEST(AutoSchemeTest, TimedShortlistOverrulesAWrongPrediction) {
     const bool keep_all = drop > 1e6;
     std::atomic<int> slow_calls{0};
     SchemeRegistry reg = BuiltinSchemes();
-    SchemeInfo slow{"slow", "predicted free", [&](const SchemeOptions&) -> std::unique_ptr<Scheme> {
-                      // The cost model believes it free (metadata only); 20 ms late on rank 1.
-                      return std::make_unique<ScriptedTimeScheme>("slow", std::vector<int>{20},
-                                                                  &slow_calls);
-                    }};
-    slow.cost = [](const CostInputs& in) { return NewVolumes(in); };
-    reg.Add(slow);
+    reg.Add(ScriptedTimeInfo("slow", {20}, &slow_calls));  // 20 ms late on rank 1
     std::mutex mu;
     std::vector<std::string> chosen(3);
     std::string log;
@@ -431,14 +438,7 @@ TEST(AutoSchemeTest, OneSlowFirstCallDoesNotDropACandidate) {
   SchemeRegistry reg = BuiltinSchemes();
   const std::vector<std::pair<std::string, std::vector<int>>> scripts = {
       {"steady", {30}}, {"cold", {48, 5}}};  // ms per call on rank 1
-  for (const auto& script : scripts) {
-    SchemeInfo info{script.first, "scripted times",
-                    [script](const SchemeOptions&) -> std::unique_ptr<Scheme> {
-                      return std::make_unique<ScriptedTimeScheme>(script.first, script.second);
-                    }};
-    info.cost = [](const CostInputs& in) { return NewVolumes(in); };
-    reg.Add(info);
-  }
+  for (const auto& [name, sleeps_ms] : scripts) reg.Add(ScriptedTimeInfo(name, sleeps_ms));
   std::mutex mu;
   std::vector<std::string> chosen(3);
   testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
@@ -479,15 +479,7 @@ TEST(AutoSchemeTest, TrialRoundsRotateWhoGoesFirst) {
   std::vector<std::string> order;  // rank 0's calls of the candidates, in turn
   SchemeRegistry reg = BuiltinSchemes();
   const std::vector<std::string> ids = {"a", "b", "c"};
-  for (const std::string& id : ids) {
-    SchemeInfo info{id, "scripted times",
-                    [id, &order](const SchemeOptions&) -> std::unique_ptr<Scheme> {
-                      return std::make_unique<ScriptedTimeScheme>(id, std::vector<int>{2},
-                                                                  nullptr, &order);
-                    }};
-    info.cost = [](const CostInputs& in) { return NewVolumes(in); };
-    reg.Add(info);
-  }
+  for (const std::string& id : ids) reg.Add(ScriptedTimeInfo(id, {2}, nullptr, &order));
   testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
     AutoOptions options;
     options.candidates = ids;
