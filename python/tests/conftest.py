@@ -20,5 +20,6 @@ def job(request, session_tmp):
     world = request.param
     results, log = run_ranks(session_tmp.mktemp(f"world{world}"), world,
                              ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp",
-                              "values_pg", "values", "ddp_flags", "subgroups", "compiled"])
+                              "values_pg", "values", "ddp_flags", "subgroups", "compiled",
+                              "wrong_sums"])
     return world, results, log

@@ -169,3 +169,22 @@ def test_values_at_half_width_on_zens_wire(job):
         for values in ("bf16", "fp16"):
             assert sent[f"sparse={sparse},{values}"] <= 0.6 * sent[f"sparse={sparse},fp32"], sent
     assert world >= 2
+
+
+def test_no_silent_wrong_sums(job):
+    # Issue 41, W2 and W3: inputs once summed into a wrong result without an
+    # error (a COO index out of range in one of 2 or 3 sparse dimensions,
+    # float64 values float32 cannot hold, an fp64 DDP model with gradients
+    # near 1e40) raise ValueError on every rank, the bad input on one rank
+    # only; the next call is exact (zen_worker.scenario_wrong_sums).
+    world = job[0]
+    messages = check(job, "wrong_sums")
+    bad = messages[world - 1]  # the rank with the bad input says what is wrong
+    assert "(0, 5)" in bad["past the end"] and "sparse dimension 1" in bad["past the end"], bad
+    assert "(1, -1)" in bad["negative"] and "sparse dimension 1" in bad["negative"], bad
+    assert "sparse dimension 2" in bad["3 sparse dims"], bad
+    assert "sparse dimension 0" in bad["first dim"], bad
+    assert "does not fit" in bad["1e300 dense"] and "does not fit" in bad["1e40 sparse"], bad
+    assert "smallest subnormal" in bad["1e-300 sparse"], bad
+    for r in range(world - 1):  # the others, that it did
+        assert all("rejected its input" in m for m in messages[r].values()), messages[r]

@@ -674,12 +674,80 @@ def scenario_raw_args(rank, world):
     return messages
 
 
+# --- silent wrong sums that must raise instead (issue 41: W2, W3) -----------
+
+def scenario_wrong_sums(rank, world):
+    """Inputs that zen once summed into a wrong result without an error:
+    each must raise ValueError on every rank (the bad input on one rank
+    only), and the next call must be exact."""
+    state = zen.torch.ZenState(scheme="zen")
+    messages = {}
+    bad_rank = world - 1
+
+    def sparse(indices, shape, values=None):
+        idx = torch.tensor(indices, dtype=torch.int64)
+        vals = values if values is not None else torch.ones(idx.shape[1])
+        # check_invariants=False: torch would refuse these itself when asked
+        # to check; the hook and user code get them unchecked.
+        return torch.sparse_coo_tensor(idx, vals, shape, check_invariants=False)
+
+    # W3: COO tensors with 2 and 3 sparse dimensions and an index out of
+    # range in one dimension only: (0, 5) of (3, 4) is row-major id 5 = (1, 1);
+    # (1, -1) is id 3 = (0, 3); (0, 0, 7) of (2, 3, 4) is id 7 = (0, 1, 3).
+    cases = {"past the end": ([[0, 2], [5, 1]], (3, 4)),
+             "negative": ([[1, 2], [-1, 1]], (3, 4)),
+             "3 sparse dims": ([[0, 1], [0, 2], [7, 0]], (2, 3, 4)),
+             "first dim": ([[3, 0], [0, 1]], (3, 4))}
+    for label, (indices, shape) in cases.items():
+        if rank == bad_rank:
+            t = sparse(indices, shape)
+        else:
+            t = sparse([[0]] * len(shape), shape)
+        messages[label] = expect(ValueError, lambda: zen.torch.allreduce_(t, state=state,
+                                                                          name="w3"),
+                                 "out of range" if rank == bad_rank else "rejected its input")
+        # The next call is exact.
+        good = sparse([[0], [1]], (3, 4))
+        zen.torch.allreduce_(good, state=state, name="w3")
+        assert good.to_dense()[0, 1].item() == world and good._nnz() == 1, good
+    # W2: float64 values that float32 cannot hold: past its range (would be
+    # inf) and below its smallest subnormal (would be 0), dense and sparse.
+    for label, values in {"1e300": [1e300, 1e-300], "1e40": [1e40, 1.0],
+                          "1e-300": [1.0, 1e-300], "FLT_MAX": [3.4e38, 1.0]}.items():
+        for layout in ("dense", "sparse"):
+            v = values if rank == bad_rank else [1.0, 2.0]
+            if layout == "dense":
+                t = torch.tensor(v, dtype=torch.float64)
+            else:
+                t = sparse([[0, 3]], (5,), torch.tensor(v, dtype=torch.float64))
+            messages[f"{label} {layout}"] = expect(
+                ValueError, lambda: zen.torch.allreduce_(t, state=state, name="w2"),
+                "float64" if rank == bad_rank else "rejected its input")
+            t = torch.tensor([1.0, 2.0], dtype=torch.float64)
+            zen.torch.allreduce_(t, state=state, name="w2")
+            assert t.tolist() == [world * 1.0, world * 2.0], t
+    # W2 in DDP: an fp64 model with gradients near 1e40 must raise on every
+    # rank (not train on inf and NaN entries).
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3).double()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    zen.torch.register(ddp, scheme="zen")
+    x = torch.full((2, 4), 1e40 if rank == bad_rank else 1.0, dtype=torch.float64)
+    messages["ddp fp64"] = expect(Exception, lambda: ddp(x).sum().backward(),
+                                  "float64" if rank == bad_rank else "rejected its input")
+    # The class name reaches backward (not "Unable to cast ... to Tensor").
+    assert "ValueError: rank" in messages["ddp fp64"], messages["ddp fp64"]
+    assert "Unable to cast" not in messages["ddp fp64"], messages["ddp fp64"]
+    return messages
+
+
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
              "mismatch": scenario_mismatch, "drift": scenario_drift,
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
              "record": scenario_record, "values_pg": scenario_values_pg,
              "values": scenario_values, "ddp_flags": scenario_ddp_flags,
-             "subgroups": scenario_subgroups, "compiled": scenario_compiled}
+             "subgroups": scenario_subgroups, "compiled": scenario_compiled,
+             "wrong_sums": scenario_wrong_sums}
 
 
 def main():

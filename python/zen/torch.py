@@ -33,7 +33,7 @@ synchronized (the last three summed in float32 and converted back);
 Errors: ValueError for bad input, zen.MismatchError when ranks disagree (e.g.
 shapes; raised on every rank, nothing hangs), zen.TransportError for network
 failures or timeouts. Inside DDP's backward, torch re-raises a hook's error as
-a RuntimeError whose message starts with the zen class name.
+a RuntimeError whose message holds "ValueError: ...", "zen.MismatchError: ...".
 """
 
 import datetime
@@ -370,6 +370,66 @@ def _local_error(tensor):
     return None
 
 
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def _float64_error(values, world, divisor=None, indices=None, shape=None):
+    """Why float64 `values` cannot be summed in float32 without becoming a
+    different number than a float64 sum, or None. zen's communicator sums
+    in float32 (the process-group transport sums float64 in float64), so a
+    float64 value past float32's range would silently become inf (and its
+    sum with a negative one NaN) and a non-zero value below float32's
+    smallest subnormal 0. Refused instead, on every rank (the caller turns
+    the message into a 'reject' item): every value whose magnitude, divided
+    by `divisor` (the hook's 1/world scaling), exceeds float32's largest
+    finite value / world (so that no partial sum of the world's values can
+    overflow either), and every non-zero that float32 rounds to 0. For a
+    COO tensor (`indices`, `shape`: its sparse part) the magnitudes of
+    repeated indices are added first. inf and NaN pass: they stay what
+    they are, as in a float64 all_reduce."""
+    magnitude = values.detach().abs()
+    if indices is not None and magnitude.numel():
+        magnitude = magnitude.reshape(indices.shape[1], -1)
+        magnitude = torch.sparse_coo_tensor(indices, magnitude, shape, **_UNCHECKED).coalesce()._values()
+    bound = _FLOAT32_MAX / world * (divisor or 1.0)
+    over = torch.isfinite(magnitude) & (magnitude > bound)
+    if bool(over.any()):
+        v = float(magnitude[over].max())
+        return (f"float64 value of magnitude {v:.6g} does not fit zen's float32 sum on {world} "
+                f"ranks (at most {bound:.6g}; it would become inf): use "
+                "ZenState(transport='process_group'), which sums float64 in float64")
+    vanishing = (values != 0) & (values.detach().to(torch.float32) == 0)
+    if bool(vanishing.any()):
+        v = float(values.detach()[vanishing].abs().max())
+        return (f"float64 value {v:.6g} is below float32's smallest subnormal and would become "
+                "0 in zen's float32 sum: use ZenState(transport='process_group'), which sums "
+                "float64 in float64")
+    return None
+
+
+def _index_error(tensor):
+    """Why a COO tensor's indices are not in range, or None. Each sparse
+    dimension is checked on its own: the row-major linear id the schemes
+    see would fold an index past one dimension's end into the next
+    ((0, 5) of shape (3, 4) is row 1, column 1) and a negative one into the
+    previous, and summing there would be a silent wrong sum. (With one
+    sparse dimension the schemes' own range check on the ids is the same.)"""
+    sparse_dim = tensor.sparse_dim()
+    indices = tensor._indices()
+    if sparse_dim < 2 or indices.numel() == 0:
+        return None
+    shape = torch.tensor(tensor.shape[:sparse_dim], dtype=indices.dtype, device=indices.device)
+    bad = ((indices < 0) | (indices >= shape.unsqueeze(1))).any(dim=0)
+    if not bool(bad.any()):
+        return None
+    j = int(bad.nonzero()[0, 0])
+    where = tuple(int(v) for v in indices[:, j].tolist())
+    dims = [k for k in range(sparse_dim) if not 0 <= where[k] < tensor.shape[k]]
+    return (f"COO index {where} (entry {j} of {indices.shape[1]}) is out of range in sparse "
+            f"dimension {dims[0]} of shape {tuple(tensor.shape)}: indices must lie in "
+            f"[0, size) in every dimension")
+
+
 def _item_options(state, options=None):
     """`options` of one of the state's zen items, with its wire format
     (ZenState(values=...)); None when there is nothing to say."""
@@ -396,7 +456,7 @@ def _float32(tensor):
     return tensor.detach().to(torch.float32).contiguous()
 
 
-def _sparse_item(tensor, name, options, divisor=None):
+def _sparse_item(tensor, name, options, divisor=None, world=1):
     """('sparse', ...) for a COO tensor, or ('reject', ...) saying why not,
     and the function that turns the handle's result into a COO tensor.
     divisor: the values (float32, still with their duplicates) are divided
@@ -410,7 +470,10 @@ def _sparse_item(tensor, name, options, divisor=None):
         shape = tuple(tensor.shape)
         rows = math.prod(shape[:sparse_dim])
         width = math.prod(shape[sparse_dim:])
-        error = _local_error(tensor)
+        error = _local_error(tensor) or _index_error(tensor)
+        if not error and tensor.dtype == torch.float64:
+            error = _float64_error(tensor._values(), world, divisor, tensor._indices(),
+                                   shape[:sparse_dim] + (width,))
         if not error:
             indices = tensor._indices()
             values = tensor._values().detach().to(torch.float32).reshape(indices.shape[1], width)
@@ -443,6 +506,8 @@ def _sparse_item(tensor, name, options, divisor=None):
         out_values = torch.from_numpy(out_values).view((out_ids.numel(),) + shape[sparse_dim:])
         if sparse_dim == 1:
             out_indices = out_ids.unsqueeze(0)
+        elif sparse_dim == 0:  # one row: the whole tensor is its values
+            out_indices = torch.zeros((0, out_ids.numel()), dtype=torch.int64)
         else:
             parts, rest = [], out_ids
             for k in reversed(range(sparse_dim)):
@@ -497,7 +562,7 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     options = _item_options(state, options)
     ctx = state.context
     if tensor.layout == torch.sparse_coo:
-        item, finish = _sparse_item(tensor, name, options)
+        item, finish = _sparse_item(tensor, name, options, world=state.world_size)
         results = ctx.start(name, [item]).wait()
         result, dtype = finish(results[0])
         if average:
@@ -511,6 +576,8 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
         error = f"tensor layout {tensor.layout} is not supported (strided or sparse_coo)"
     else:
         error = _local_error(tensor)
+        if not error and tensor.dtype == torch.float64:
+            error = _float64_error(tensor, state.world_size)
     if error:
         ctx.start(name, [("reject", name, rows, width, error)]).wait()
     with torch.no_grad():
@@ -745,7 +812,7 @@ def comm_hook(state, bucket):
         if _ddp_rank_order(state):
             extra["rank_order"] = True
         options = _item_options(state, extra)
-        item, finish = _sparse_item(buffer, name, options, divisor=world)
+        item, finish = _sparse_item(buffer, name, options, divisor=world, world=world)
         items, layout = [item], None
         step = _next_call(state, index)
         if state.record and step < state.record_steps and finish is not None:
@@ -769,7 +836,7 @@ def comm_hook(state, bucket):
                 fail(e)
 
         state.context.start(name, items, on_done=sparse_done)
-        return future
+        return future.then(_unwrap)
 
     recording = state.record and state._calls.get(index, 0) < state.record_steps
     if state.dense_threshold == 0 and index not in state.bucket_modes and not recording:
@@ -780,10 +847,12 @@ def comm_hook(state, bucket):
         return _pg_allreduce(state, buffer, world, event)
 
     error = _local_error(buffer)
+    if not error and buffer.dtype == torch.float64:
+        error = _float64_error(buffer, world, divisor=world)
     if error:
         state.context.start(f"bucket{index}", [("reject", f"bucket{index}", buffer.numel(), 1,
                                                 error)], on_done=lambda h: _fail_from(h, fail))
-        return future
+        return future.then(_unwrap)
     with torch.no_grad():
         work = _float32(buffer)
         items, copy_back = _bucket_items(state, bucket, work, fuse=not recording)
@@ -826,7 +895,7 @@ def comm_hook(state, bucket):
             fail(e)
 
     state.context.start(f"bucket{index}", items, on_done=dense_done)
-    return future
+    return future.then(_unwrap)
 
 
 def _pg_allreduce(state, buffer, world, event):
@@ -851,6 +920,16 @@ def _pg_allreduce(state, buffer, world, event):
         return buffer
 
     return fut.then(finish)
+
+
+def _unwrap(future):
+    """The hook's result, or its error raised here. A future completed with
+    set_exception alone holds the exception as a Python object, which DDP's
+    C++ reducer then fails to cast to a tensor ("Unable to cast ... to
+    Tensor", the zen class name lost); raised inside a then-callback it
+    becomes the chained future's error, which DDP re-raises as a
+    RuntimeError whose message holds "<zen class name>: <message>"."""
+    return future.wait()
 
 
 def _next_call(state, index):
