@@ -726,6 +726,23 @@ def scenario_wrong_sums(rank, world):
             t = torch.tensor([1.0, 2.0], dtype=torch.float64)
             zen.torch.allreduce_(t, state=state, name="w2")
             assert t.tolist() == [world * 1.0, world * 2.0], t
+    # Empty tensors are accepted, as by all_reduce; empty on one rank only
+    # is a mismatch on every rank.
+    for shape in [(0,), (0, 4), (3, 0)]:
+        e = torch.zeros(shape)
+        assert zen.torch.allreduce_(e, state=state, name="empty") is e and e.shape == shape
+        esp = torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.int64), torch.zeros(0, 4),
+                                      (0, 4))
+        assert zen.torch.allreduce_(esp, state=state, name="empty").shape == (0, 4)
+    one = torch.zeros((0, 4) if rank == bad_rank else (2, 4))
+    messages["empty on one rank"] = expect(zen.MismatchError,
+                                           lambda: zen.torch.allreduce_(one, state=state,
+                                                                        name="empty1"))
+    # A COO tensor of 0 sparse dimensions (one row: the whole tensor).
+    s0 = torch.sparse_coo_tensor(torch.zeros(0, 1, dtype=torch.int64),
+                                 torch.full((1, 3), float(rank + 1)), (3,))
+    out = zen.torch.allreduce_(s0, state=state, name="s0")
+    assert out.to_dense().tolist() == [world * (world + 1) / 2] * 3, out
     # W2 in DDP: an fp64 model with gradients near 1e40 must raise on every
     # rank (not train on inf and NaN entries).
     torch.manual_seed(0)

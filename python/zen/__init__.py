@@ -24,65 +24,89 @@ Errors: ``ValueError`` for bad input (zen::InvalidArgument); ``zen.MismatchError
 import atexit as _atexit
 import weakref as _weakref
 
-from zen._zen import Context as _Context
-from zen._zen import (  # noqa: F401  (re-exported)
-    __version__,
-    Communicator,
-    Error,
-    FormatError,
-    Handle,
-    MismatchError,
-    Scheme,
-    TransportError,
-    connect,
-    connect_url,
-    create_scheme,
-    default_scheme,
-    schemes,
-    write_trace,
-)
+try:
+    from zen._zen import Context as _Context
+except ModuleNotFoundError as _e:
+    # A source tree without the C++ extension (PYTHONPATH=python): only the
+    # pure-torch modules work (zen.process_group); the error classes are
+    # defined here with the extension's hierarchy so that they are caught
+    # the same way.
+    if _e.name != "zen._zen":
+        raise
+    _Context = None
 
-from zen._zen import TopKSelector, topk_count  # noqa: F401,E402  (re-exported)
-for _cls in (Communicator, Error, FormatError, Handle, MismatchError, Scheme, TransportError):
-    _cls.__module__ = "zen"
-del _cls
+    class Error(RuntimeError):
+        """zen's error (the extension's zen.Error)."""
 
-__all__ = [
-    "Communicator",
-    "Context",
-    "Error",
-    "FormatError",
-    "Handle",
-    "MismatchError",
-    "Scheme",
-    "TransportError",
-    "connect",
-    "connect_url",
-    "create_scheme",
-    "default_scheme",
-    "schemes",
-    "write_trace",
-]
+    class MismatchError(Error):
+        """Ranks disagree on a call's arguments."""
+
+    class FormatError(Error):
+        """Bytes that do not decode."""
+
+    class TransportError(Error):
+        """Network, rendezvous or timeout failure."""
+
+    for _cls in (Error, FormatError, MismatchError, TransportError):
+        _cls.__module__ = "zen"
+    del _cls, _e
+    __all__ = ["Error", "FormatError", "MismatchError", "TransportError"]
+if _Context is not None:
+    from zen._zen import (  # noqa: F401  (re-exported)
+        __version__,
+        Communicator,
+        Error,
+        FormatError,
+        Handle,
+        MismatchError,
+        Scheme,
+        TransportError,
+        connect,
+        connect_url,
+        create_scheme,
+        default_scheme,
+        schemes,
+        write_trace,
+    )
+
+    from zen._zen import TopKSelector, topk_count  # noqa: F401,E402  (re-exported)
+    for _cls in (Communicator, Error, FormatError, Handle, MismatchError, Scheme, TransportError):
+        _cls.__module__ = "zen"
+    del _cls
+
+    __all__ = [
+        "Communicator",
+        "Context",
+        "Error",
+        "FormatError",
+        "Handle",
+        "MismatchError",
+        "Scheme",
+        "TransportError",
+        "connect",
+        "connect_url",
+        "create_scheme",
+        "default_scheme",
+        "schemes",
+        "write_trace",
+    ]
+
+    class Context(_Context):
+        """zen.Context (see the C++ docstring below): closed at interpreter exit,
+        before the interpreter can no longer run completion callbacks."""
+
+        __doc__ = (__doc__ or "") + "\n\n" + (_Context.__doc__ or "")
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _open_contexts.add(self)
 
 
-class Context(_Context):
-    """zen.Context (see the C++ docstring below): closed at interpreter exit,
-    before the interpreter can no longer run completion callbacks."""
+    _open_contexts = _weakref.WeakSet()
 
-    __doc__ = (__doc__ or "") + "\n\n" + (_Context.__doc__ or "")
+    @_atexit.register
+    def _close_contexts():
+        for ctx in list(_open_contexts):
+            ctx.close()
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _open_contexts.add(self)
-
-
-_open_contexts = _weakref.WeakSet()
-
-
-@_atexit.register
-def _close_contexts():
-    for ctx in list(_open_contexts):
-        ctx.close()
-
-
-Context.__module__ = "zen"
+    Context.__module__ = "zen"

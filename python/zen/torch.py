@@ -552,7 +552,11 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     the peers' next call. CPU tensors of float32, float16, bfloat16 or
     float64; other dtypes are summed in float32 and converted back (the
     division of average=True happens in float32, before the conversion).
-    Bad input raises ValueError on every rank.
+    Bad input raises ValueError on every rank. A tensor with no elements
+    (a 0 in its shape) is accepted, as by torch.distributed.all_reduce: it
+    still takes part in the call's agreement (as a 1 x 1 placeholder named
+    after its shape), so a rank whose tensor is empty where the others' is
+    not raises zen.MismatchError on every rank.
     """
     state = _state(state)
     name = name or _call_site_name(2)
@@ -561,6 +565,11 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
         options["scheme"] = scheme
     options = _item_options(state, options)
     ctx = state.context
+    if tensor.numel() == 0 and tensor.layout in (torch.strided, torch.sparse_coo):
+        shape = "x".join(str(d) for d in tensor.shape)
+        placeholder = np.zeros(1, dtype=np.float32)
+        ctx.start(name, [("dense", f"{name}[empty {shape}]", placeholder, 1, 1, options)]).wait()
+        return tensor
     if tensor.layout == torch.sparse_coo:
         item, finish = _sparse_item(tensor, name, options, world=state.world_size)
         results = ctx.start(name, [item]).wait()
