@@ -263,11 +263,14 @@ def main():
                       f"{100 * summary['hidden_fraction']:.0f}% of the communication hidden "
                       f"behind backward ({summary['steps']} steps; {args.timeline})")
         if state is not None:
-            chosen = {n: state.decision(n) for n in ("embedding.weight", "output.weight")}
             print(f"[train_lm] zen scheme '{state.scheme_id}': rank 0 sent "
-                  f"{state.comm.bytes_sent} payload bytes; auto chose {chosen}; dense buckets "
-                  f"on the process group's allreduce: "
-                  f"{sorted(i for i, m in state.bucket_modes.items() if m == 'pg')}")
+                  f"{state.comm.bytes_sent} payload bytes; what ran per bucket (latest step):")
+            buckets = {}
+            for name, ran in state.decisions().items():
+                buckets.setdefault((ran["bucket"], ran["path"], ran["scheme"]), []).append(name)
+            for (index, path, scheme), names in sorted(buckets.items()):
+                how = "the process group's allreduce" if path == "allreduce" else f"zen, {scheme}"
+                print(f"[train_lm]   bucket {index} ({path}): {how}: {', '.join(names)}")
     # Every rank past its last collective before any rank tears down, and
     # DDP (which holds the process group) gone first: without this, torch
     # 2.13's Gloo aborted one run in 6 at exit on 2 ranks ("terminate called

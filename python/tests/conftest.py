@@ -21,5 +21,5 @@ def job(request, session_tmp):
     results, log = run_ranks(session_tmp.mktemp(f"world{world}"), world,
                              ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp",
                               "values_pg", "values", "ddp_flags", "subgroups", "compiled",
-                              "wrong_sums"])
+                              "wrong_sums", "decisions"])
     return world, results, log

@@ -34,6 +34,8 @@ def test_train_lm_zen_matches_gloo(tmp_path):
     timeline = tmp_path / "timeline.json"
     zen_losses, out = train("zen", "--timeline", str(timeline))
     assert "zen scheme" in out and "payload bytes" in out, out
+    # The summary names what ran for the embedding (its sparse bucket, on zen).
+    assert re.search(r"bucket \d+ \(sparse\): zen, \w+: .*embedding\.weight", out), out
     assert re.search(r"timeline: step [0-9.]+ ms vs compute-only", out), out
     gloo_losses, _ = train("gloo")
     assert zen_losses == pytest.approx(gloo_losses, rel=1e-5)

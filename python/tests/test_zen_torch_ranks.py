@@ -188,3 +188,12 @@ def test_no_silent_wrong_sums(job):
     assert "smallest subnormal" in bad["1e-300 sparse"], bad
     for r in range(world - 1):  # the others, that it did
         assert all("rejected its input" in m for m in messages[r].values()), messages[r]
+
+
+def test_decisions_say_what_ran(job):
+    # state.decision(name) / decisions(): the scheme of a fused dense
+    # embedding's item (was None), 'allreduce' for a bucket handed to the
+    # process group (was the scheme of its first call), re-decided when DDP
+    # rebuilds its buckets (zen_worker.scenario_decisions).
+    for per_rank in check(job, "decisions"):
+        assert per_rank["net"]["proj.weight"]["path"] == "allreduce", per_rank

@@ -758,13 +758,61 @@ def scenario_wrong_sums(rank, world):
     return messages
 
 
+# --- what ran, per parameter (state.decision / decisions) --------------------
+
+class FusedNet(nn.Module):
+    """An embedding and a weight of the same width next to each other in
+    DDP's bucket: the hook fuses them into one item 'mix.weight+emb.weight'."""
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.mix = nn.Linear(DIM, DIM, bias=False)
+
+    def forward(self, x):
+        return self.mix(self.emb(x)).mean(1)
+
+
+def scenario_decisions(rank, world):
+    """decision() and decisions() say what ran for each parameter: the scheme
+    of a fused dense embedding's item, and 'allreduce' for buckets handed to
+    the process group (not the scheme of their first call)."""
+    schemes = {s for s, _ in zen.schemes()}
+    torch.manual_seed(0)
+    model = FusedNet()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    state = zen.torch.register(ddp)
+    for step in range(3):
+        gen = torch.Generator().manual_seed(100 * step + rank)
+        x = torch.randint(0, VOCAB, (4, 3), generator=gen)
+        ddp(x).square().mean().backward()
+    fused = state.decisions()
+    assert set(fused) == {"emb.weight", "mix.weight"}, fused
+    for name in ("emb.weight", "mix.weight"):
+        assert fused[name]["path"] == "zen" and fused[name]["scheme"] in schemes, fused
+        assert state.decision(name) == fused[name]["scheme"], (name, state.decision(name))
+    # Net in small buckets: proj's dense gradient goes to the process group
+    # after its first call; the embedding stays on zen.
+    torch.manual_seed(0)
+    model = Net(sparse=False)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+    state = zen.torch.register(ddp, scheme="agsparse")
+    run_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.1), rank, 3)
+    net = state.decisions()
+    assert net["proj.weight"]["path"] == "allreduce", net
+    assert state.decision("proj.weight") == "allreduce", state.decision("proj.weight")
+    assert net["emb.weight"] == {"bucket": net["emb.weight"]["bucket"], "path": "zen",
+                                 "scheme": "agsparse"}, net
+    assert state.decision("no.such.parameter") is None
+    return {"fused": fused, "net": net}
+
+
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
              "mismatch": scenario_mismatch, "drift": scenario_drift,
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
              "record": scenario_record, "values_pg": scenario_values_pg,
              "values": scenario_values, "ddp_flags": scenario_ddp_flags,
              "subgroups": scenario_subgroups, "compiled": scenario_compiled,
-             "wrong_sums": scenario_wrong_sums}
+             "wrong_sums": scenario_wrong_sums, "decisions": scenario_decisions}
 
 
 def main():

@@ -226,6 +226,12 @@ class ZenState:
         if module is not None:
             self._names = {id(p): n for n, p in module.named_parameters()}
         self._replicas_checked = set()  # (bucket index, parameter ids) found equal on all ranks
+        # What each DDP bucket's latest call ran, for decision(): bucket index
+        # -> (kind: "zen" / "sparse" / "allreduce", its parameters, its zen
+        # item names or None). Set per call: one dict store.
+        self._bucket_paths = {}
+        self._seen_items = set()   # zen item names of the buckets synchronized so far
+        self._bucket_keys = {}     # bucket index -> ids of its parameters when its mode was decided
 
     @property
     def comm(self):
@@ -290,9 +296,58 @@ class ZenState:
                 "ZenState(ddp.process_group), TopKState(process_group=ddp.process_group))")
 
     def decision(self, tensor):
-        """The scheme 'auto' chose on its latest call for a tensor name, or None."""
+        """What synchronized `tensor` on its latest call: a scheme id ('zen',
+        'agsparse', ...: the one 'auto' chose, or the state's fixed scheme)
+        for what went through zen, 'allreduce' for a DDP bucket handed to the
+        process group's own allreduce (ZenState.dense_threshold), or None
+        when nothing of that name has been synchronized yet. `tensor` is a
+        parameter name of the DDP model (``module=``; also when the hook
+        fused it with its neighbours into one item, or synchronized it with
+        the bucket's other 0-/1-D parameters) or the name of an allreduce_
+        call."""
+        path = self._latest_path(tensor)
+        if path is None:
+            return self._scheme_of(tensor)
+        kind, item = path
+        return "allreduce" if kind == "allreduce" else self._scheme_of(item)
+
+    def decisions(self):
+        """{parameter name: {"bucket", "path", "scheme"}} for every parameter
+        of the DDP buckets synchronized so far, as of each bucket's latest
+        call: path "zen" (a dense bucket's rows through zen), "sparse" (a
+        sparse COO bucket through zen) or "allreduce" (the process group's
+        own); scheme as decision() says."""
+        out = {}
+        for index, (kind, params, items) in sorted(self._bucket_paths.items()):
+            for param in params:
+                name = self.param_name(param, None)
+                if name is None:
+                    continue
+                item = _item_of(name, param, index, items)
+                out[name] = {"bucket": index, "path": kind,
+                             "scheme": "allreduce" if kind == "allreduce"
+                             else self._scheme_of(item)}
+        return out
+
+    def _latest_path(self, tensor):
+        """(kind, item name) of the latest bucket call that held parameter
+        `tensor`, or None."""
+        for index, (kind, params, items) in self._bucket_paths.items():
+            for param in params:
+                if self.param_name(param, None) == tensor:
+                    return kind, _item_of(tensor, param, index, items)
+        return None
+
+    def _scheme_of(self, item):
+        if self._context is None:
+            return None
         self.context.drain()
-        return self.context.decision(tensor)
+        chosen = self.context.decision(item)
+        if chosen is not None:
+            return chosen
+        if item in self._seen_items:  # a fixed scheme, or auto held to zen by a sum order
+            return self.scheme_id if self.scheme_id != "auto" else "zen"
+        return None
 
     def param_name(self, param, fallback):
         return self._names.get(id(param), fallback)
@@ -325,6 +380,19 @@ def _state(state):
     if group not in _default_states:
         _default_states[group] = ZenState()
     return _default_states[group]
+
+
+def _item_of(name, param, index, items):
+    """The zen item that carried parameter `name` in a bucket call whose
+    items were `items` (None for the process group's allreduce)."""
+    if not items:
+        return name
+    if len(items) == 1 and not items[0].endswith(".vectors"):
+        return items[0]  # a sparse bucket, or a dense one of one item
+    for item in items:
+        if name in item.split("+"):
+            return item
+    return f"bucket{index}.vectors" if param.dim() < 2 else name
 
 
 def _replica_fingerprint(params):
@@ -795,6 +863,14 @@ def comm_hook(state, bucket):
     state.check_replicas(bucket)
     buffer = bucket.buffer()
     index = bucket.index()
+    params = bucket.parameters()
+    key = tuple(map(id, params))
+    if state._bucket_keys.get(index) != key:
+        # A new composition under this index (DDP rebuilds its buckets after
+        # the first step, in gradient-ready order): its mode is decided anew,
+        # not inherited from whatever the index held before.
+        state._bucket_keys[index] = key
+        state.bucket_modes.pop(index, None)
     world = state.world_size
     future = torch.futures.Future()
     event = None
@@ -844,6 +920,8 @@ def comm_hook(state, bucket):
             except Exception as e:  # noqa: BLE001 (handed to DDP)
                 fail(e)
 
+        state._bucket_paths[index] = ("sparse", params, [name])
+        state._seen_items.add(name)
         state.context.start(name, items, on_done=sparse_done)
         return future.then(_unwrap)
 
@@ -853,6 +931,7 @@ def comm_hook(state, bucket):
     if state.bucket_modes.get(index) == "pg" and not recording:
         if event is not None:
             event["path"] = "pg"
+        state._bucket_paths[index] = ("allreduce", params, None)
         return _pg_allreduce(state, buffer, world, event)
 
     error = _local_error(buffer)
@@ -903,6 +982,9 @@ def comm_hook(state, bucket):
         except Exception as e:  # noqa: BLE001 (handed to DDP)
             fail(e)
 
+    names = [item[1] for item in items[:n_sync]]
+    state._bucket_paths[index] = ("zen", params, names)
+    state._seen_items.update(names)
     state.context.start(f"bucket{index}", items, on_done=dense_done)
     return future.then(_unwrap)
 
