@@ -187,7 +187,10 @@ def test_no_silent_wrong_sums(job):
     assert "does not fit" in bad["1e300 dense"] and "does not fit" in bad["1e40 sparse"], bad
     assert "smallest subnormal" in bad["1e-300 sparse"], bad
     for r in range(world - 1):  # the others, that it did
-        assert all("rejected its input" in m for m in messages[r].values()), messages[r]
+        assert all("rejected its input" in m for k, m in messages[r].items()
+                   if k != "empty on one rank"), messages[r]
+    for per_rank in messages:  # a tensor empty on one rank only: a mismatch, on every rank
+        assert "disagree" in per_rank["empty on one rank"], per_rank
 
 
 def test_decisions_say_what_ran(job):
