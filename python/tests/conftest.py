@@ -21,5 +21,10 @@ def job(request, session_tmp):
     results, log = run_ranks(session_tmp.mktemp(f"world{world}"), world,
                              ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp",
                               "values_pg", "values", "ddp_flags", "subgroups", "compiled",
-                              "wrong_sums", "decisions"])
+                              "wrong_sums", "decisions", "pg_transport"])
     return world, results, log
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: runs on CUDA tensors (scripts/gpu-check); skipped "
+                                       "without a GPU")

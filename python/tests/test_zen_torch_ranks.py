@@ -200,3 +200,16 @@ def test_decisions_say_what_ran(job):
     # rebuilds its buckets (zen_worker.scenario_decisions).
     for per_rank in check(job, "decisions"):
         assert per_rank["net"]["proj.weight"]["path"] == "allreduce", per_rank
+
+
+def test_process_group_transport(job):
+    # ZenState(transport='process_group') (what runs on NCCL/CUDA), here on
+    # CPU tensors over Gloo: allreduce_ in every dtype against all_reduce,
+    # float64 summed in float64 (1e300 + 1e-300 and 1e10 + 1 - 1e10 exact),
+    # bad input and disagreement raising on every rank, DDP bit for bit plain
+    # DDP (sparse and dense embeddings; dense buckets in Gloo's ring order on
+    # 3 ranks; float64 models over 5 steps), topk_hook with the selection on
+    # the device (zen_worker.scenario_pg_transport).
+    for per_rank in check(job, "pg_transport"):
+        for key, run in per_rank["ddp"].items():
+            assert run["inexact"] == [] and run["losses"] == run["ref"], (key, run)

@@ -806,13 +806,124 @@ def scenario_decisions(rank, world):
     return {"fused": fused, "net": net}
 
 
+# --- transport 'process_group' (the group's own collectives) ----------------
+
+def scenario_pg_transport(rank, world):
+    """Every zen.torch entry point on ZenState(transport='process_group'),
+    over this Gloo group on CPU tensors (the code that runs on NCCL/CUDA):
+    allreduce_ against torch.distributed's sum (float64 summed in float64:
+    exact where float32 is not), bad input and disagreement on every rank,
+    DDP training bit for bit plain DDP (sparse and dense embeddings, dense
+    buckets on the engine in Gloo's ring order), topk_hook, decisions."""
+    state = zen.torch.ZenState(transport="process_group")
+    assert state.transport == "process_group"
+    gen = torch.Generator().manual_seed(20 + rank)
+    out = {}
+    # Dense, every dtype, against all_reduce of float64 copies.
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        t = torch.randn(30, 4, generator=gen).to(dtype)
+        t[rank::2] = 0
+        expected = t.to(torch.float64)
+        dist.all_reduce(expected)
+        zen.torch.allreduce_(t, state=state, name=f"dense.{dtype}")
+        tol = {torch.float32: 1e-6, torch.float64: 1e-15}.get(dtype, 1e-2)
+        torch.testing.assert_close(t.to(torch.float64), expected, rtol=tol, atol=tol,
+                                   msg=lambda m: f"dense {dtype}: {m}")
+    # float64 in float64: what float32 loses (issue 41 W2) is kept.
+    big = torch.tensor([1e300, 1e-300, 1e10 if rank == 0 else 0.0,
+                        1.0 if rank == 1 else 0.0], dtype=torch.float64)
+    if rank == 0:
+        big[3] = -1e10 if world == 2 else 0.0
+    expected = big.clone()
+    dist.all_reduce(expected)
+    zen.torch.allreduce_(big, state=state, name="float64")
+    assert torch.equal(big, expected), (big, expected)
+    # Sparse COO with repeats, 2 sparse dims, average, an empty rank.
+    ids = torch.tensor([[7, 3, 7, 50 + rank]]) if rank != 1 else torch.zeros(1, 0, dtype=torch.int64)
+    vals = torch.randn(ids.shape[1], 4, generator=gen, dtype=torch.float64)
+    sp = torch.sparse_coo_tensor(ids, vals, (100, 4))
+    expected = dense_sum(sp)
+    zen.torch.allreduce_(sp, state=state, name="sparse")
+    assert sp.is_coalesced() and sp.dtype == torch.float64
+    torch.testing.assert_close(sp.to_dense(), expected, rtol=1e-15, atol=0)
+    sp2 = torch.sparse_coo_tensor(torch.tensor([[0, 2, rank % 4], [1, 1, 3]]),
+                                  torch.randn(3, generator=gen), (4, 5))
+    expected = dense_sum(sp2) / world
+    zen.torch.allreduce_(sp2, average=True, state=state, name="sparse2")
+    assert_close(sp2, expected, "sparse 2-D average")
+    # Empty tensors; bad input on one rank; disagreement.
+    e = torch.zeros(0, 3)
+    assert zen.torch.allreduce_(e, state=state, name="empty") is e
+    bad = world - 1
+    w3 = torch.sparse_coo_tensor(torch.tensor([[0], [5 if rank == bad else 1]]), torch.ones(1),
+                                 (3, 4), check_invariants=False)
+    out["w3"] = expect(ValueError, lambda: zen.torch.allreduce_(w3, state=state, name="w3"),
+                       "out of range" if rank == bad else "rank")
+    shapes = torch.ones(10 + (rank == bad), 2)
+    out["mismatch"] = expect(zen.MismatchError,
+                             lambda: zen.torch.allreduce_(shapes, state=state, name="shape"))
+    good = torch.full((4, 3), float(rank + 1))
+    zen.torch.allreduce_(good, state=state, name="after")
+    assert good.tolist() == [[world * (world + 1) / 2] * 3] * 4, good
+    # DDP: bit for bit plain DDP (float32; dense buckets in Gloo's ring
+    # order on >= 3 ranks, sparse buckets in rank order).
+    runs = {}
+    for sparse in (False, True):
+        for options in ({}, {"dense_threshold": 0}, {"dense_threshold": None}):
+            reference, _, ref_losses = train(sparse, rank, None)
+            model, pg_state, losses = train(sparse, rank, "zen", transport="process_group",
+                                            **options)
+            inexact = [n for (n, p), (_, q) in zip(model.named_parameters(),
+                                                   reference.named_parameters())
+                       if not torch.equal(p, q)]
+            key = f"sparse={sparse}" + "".join(f",{k}={v}" for k, v in options.items())
+            runs[key] = {"losses": losses, "ref": ref_losses, "inexact": inexact,
+                         "bytes_sent": pg_state.bytes_sent,
+                         "paths": sorted({d["path"] for d in pg_state.decisions().values()})}
+            assert inexact == [] and losses == ref_losses, (key, runs[key])
+            assert all(d["scheme"] in ("zen", "allreduce")
+                       for d in pg_state.decisions().values()), pg_state.decisions()
+    out["ddp"] = runs
+    # float64 DDP with the hook: bit for bit plain DDP (issue 44's figure).
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        ref_model = Net(sparse).double()
+        ref = nn.parallel.DistributedDataParallel(ref_model, bucket_cap_mb=0.01)
+        torch.manual_seed(0)
+        model = Net(sparse).double()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+        zen.torch.register(ddp, transport="process_group")
+        for m, d in ((ref_model, ref), (model, ddp)):
+            run_steps(d, torch.optim.SGD(m.parameters(), lr=0.5), rank, 5)
+        for (n, p), (_, q) in zip(model.named_parameters(), ref_model.named_parameters()):
+            assert torch.equal(p, q), (sparse, n, (p - q).abs().max())
+    # topk_hook on the engine: selection on the device, every rank's
+    # parameters equal, error feedback kept.
+    torch.manual_seed(0)
+    model = Net(False)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+    topk = TopKState(ratio=0.1, module=model, min_numel=1,
+                     zen_state=zen.torch.ZenState(transport="process_group"))
+    ddp.register_comm_hook(topk, topk_hook)
+    run_steps(ddp, torch.optim.SGD(model.parameters(), lr=0.5), rank, STEPS)
+    for n, p in model.named_parameters():
+        gathered = [torch.empty_like(p) for _ in range(world)]
+        dist.all_gather(gathered, p.detach().contiguous())
+        assert all(torch.equal(g, gathered[0]) for g in gathered), n
+    assert topk.stats[-1]["values_sent"] < topk.stats[-1]["values_total"], topk.stats[-1]
+    assert topk.residual(model.emb.weight) is not None
+    out["topk"] = topk.stats[-1]
+    return out
+
+
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
              "mismatch": scenario_mismatch, "drift": scenario_drift,
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
              "record": scenario_record, "values_pg": scenario_values_pg,
              "values": scenario_values, "ddp_flags": scenario_ddp_flags,
              "subgroups": scenario_subgroups, "compiled": scenario_compiled,
-             "wrong_sums": scenario_wrong_sums, "decisions": scenario_decisions}
+             "wrong_sums": scenario_wrong_sums, "decisions": scenario_decisions,
+             "pg_transport": scenario_pg_transport}
 
 
 def main():

@@ -174,7 +174,8 @@ class TopKState:
                              "than process_group; pass one of them")
         self._zen_state = zen_state
         self._process_group = process_group
-        self.selector = zen.TopKSelector(threads, method="exact" if exact else "sampled")
+        self._threads = threads
+        self._selector = None
         self.step = 0
         self.stats = []
         self._names = {}
@@ -208,6 +209,15 @@ class TopKState:
     # --- configuration -----------------------------------------------------
 
     @property
+    def selector(self):
+        """zen.TopKSelector of transport 'zen' (created on first use; transport
+        'process_group' selects with torch.topk on the gradient's device)."""
+        if self._selector is None:
+            self._selector = zen.TopKSelector(self._threads,
+                                              method="exact" if self.exact else "sampled")
+        return self._selector
+
+    @property
     def zen_state(self):
         if self._zen_state is None:
             import zen.torch  # late: zen.torch imports this module
@@ -235,9 +245,12 @@ class TopKState:
         return name or fallback
 
     def residual(self, param):
-        """This rank's residual of a parameter (a flat float32 tensor), or None."""
+        """This rank's residual of a parameter (a flat float32 tensor, on the
+        gradient's device for transport 'process_group'), or None."""
         r = self.residuals.get(id(param))
-        return None if r is None else torch.from_numpy(r)
+        if r is None or isinstance(r, torch.Tensor):
+            return r
+        return torch.from_numpy(r)
 
     # --- checkpoints ------------------------------------------------------
 
@@ -385,13 +398,17 @@ def topk_hook(state, bucket):
     buffer = bucket.buffer()
     ratio = state.current_ratio()
     try:
-        supported = (buffer.dtype == torch.float32 and buffer.device.type == "cpu"
-                     and buffer.layout == torch.strided)
+        on_device = state.zen_state.transport == "process_group"
+        supported = (buffer.dtype == torch.float32 and buffer.layout == torch.strided
+                     and (on_device or buffer.device.type == "cpu"))
         if not supported and state.momentum is not None:
-            raise TypeError("zen: topk_hook's momentum correction needs float32 CPU buckets, "
+            raise TypeError("zen: topk_hook's momentum correction needs float32 buckets (CPU, "
+                            "or any device with transport 'process_group'), "
                             f"got {buffer.dtype} on {buffer.device} ({buffer.layout})")
         if not supported or (state.momentum is None and ratio >= 1.0):
             return _dense_pg(state, bucket)
+        if on_device:
+            return _sparse_bucket_device(state, bucket, ratio)
         return _sparse_bucket(state, bucket, ratio)
     finally:
         # Coalesced buckets wait for the step's last one; when that one took
@@ -534,6 +551,96 @@ def _sparse_bucket(state, bucket, ratio):
     record["batches"] += 1
     ctx.start(f"topk.bucket{index}", items, on_done=done)
     return future
+
+
+def _topk_count(n, ratio):
+    """ceil(ratio * n), clamped to [0, n] (zen.topk_count without the C++
+    extension)."""
+    return max(0, min(n, math.ceil(ratio * n)))
+
+
+def _sparse_bucket_device(state, bucket, ratio):
+    """topk_hook on transport 'process_group': selection and error feedback
+    with torch ops on the gradient's device (torch.topk of the magnitudes:
+    exact top-k; ties broken by torch, so a tie may select another id than
+    the C++ selector), then the bucket's selections and its dense
+    parameters' values as one element-sparse sum through the engine; the
+    mean lands in the bucket. No host copy of the gradient; the engine's
+    count records are the only host reads. Runs to its end inside the hook
+    (the future is complete when returned). Recording (record=) and
+    coalesce=True are transport 'zen' features: here each bucket goes alone
+    and nothing is recorded."""
+    zs = state.zen_state
+    world = zs.world_size
+    record, live = state._step_record("zen")
+    live["comm"] = None
+    index = bucket.index()
+    buffer = bucket.buffer()
+    flat = buffer.view(-1)
+    momentum = state.momentum
+    sel_ids, sel_values = [], []
+    sent = total = 0
+    t_select = time.perf_counter()
+    with torch.no_grad():
+        for j, (param, offset, n) in enumerate(_bucket_params(bucket)):
+            if n == 0:
+                continue
+            name = state.name(param, f"bucket{index}.{j}")
+            grad = flat[offset:offset + n]
+            key = id(param)
+            if momentum is not None:
+                u = state.velocities.get(key)
+                if u is None:
+                    u = state.velocities[key] = torch.zeros_like(grad)
+                u.mul_(momentum).add_(grad)
+                grad.copy_(u)
+            total += n
+            if state.is_dense(param, name) or ratio >= 1.0:
+                sel_ids.append(torch.arange(offset, offset + n, device=flat.device))
+                sel_values.append(grad.clone())
+                sent += n
+                continue
+            acc = state.residuals.get(key)
+            if acc is None:
+                acc = state.residuals[key] = torch.zeros_like(grad)
+            acc.add_(grad)
+            k = _topk_count(n, ratio)
+            ids = torch.topk(acc.abs(), k, sorted=False).indices
+            values = acc[ids]
+            acc[ids] = 0.0  # what was sent leaves the residual
+            if momentum is not None:
+                state.velocities[key][ids] = 0.0  # DGC's momentum factor masking
+            if not state.error_feedback:
+                acc.zero_()
+            sel_ids.append(ids + offset)
+            sel_values.append(values)
+            sent += k
+        record["select_s"] += time.perf_counter() - t_select
+        record["values_sent"] += sent
+        record["values_total"] += total
+        record["fraction"] = record["values_sent"] / max(1, record["values_total"])
+        record["buckets"] += 1
+        t0 = time.perf_counter()
+        if live["t0"] is None:
+            live["t0"] = t0
+        future = torch.futures.Future()
+        try:
+            engine = zs.engine
+            sent0, recv0 = engine.bytes_sent, engine.bytes_received
+            ids, values = engine.allreduce_sparse(
+                "topk", flat.numel(), torch.cat(sel_ids), torch.cat(sel_values).view(-1, 1))
+            flat.zero_()
+            flat[ids] = values.view(-1) / world
+            record["batches"] += 1
+            _account_done(record, live, [t0])
+            record["bytes_sent"] = (record["bytes_sent"] or 0) + engine.bytes_sent - sent0
+            record["bytes_received"] = ((record["bytes_received"] or 0)
+                                        + engine.bytes_received - recv0)
+            future.set_result(buffer)
+        except Exception as e:  # noqa: BLE001 (handed to DDP)
+            future.set_exception(e)
+    from zen.torch import _unwrap  # late: zen.torch imports this module
+    return future.then(_unwrap)
 
 
 def _account_done(record, live, started):

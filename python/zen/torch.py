@@ -58,6 +58,8 @@ __all__ = ["TopKState", "ZenState", "allreduce_", "comm_hook", "register", "topk
 _ENV_SCHEME = "ZEN_SCHEME"
 _ENV_HOSTNAME = "ZEN_HOSTNAME"
 _ENV_TIMEOUT = "ZEN_TIMEOUT"
+_ENV_TRANSPORT = "ZEN_TRANSPORT"
+_TRANSPORTS = ("zen", "process_group")
 
 # Communicators connected so far in this process, per process-group tag: the
 # n-th one of a group uses the store prefix "zen/<generation>/<tag>/<n>", which
@@ -196,12 +198,29 @@ class ZenState:
 
     def __init__(self, process_group=None, *, scheme=None, module=None, hostname=None,
                  timeout=None, comm=None, threads=0, seed=None, dense_threshold=0.5,
-                 record=None, record_steps=3, values="fp32", timeline=None, ddp_order=True):
+                 record=None, record_steps=3, values="fp32", timeline=None, ddp_order=True,
+                 transport=None):
         self.process_group = process_group
-        self.scheme_id = scheme or os.environ.get(_ENV_SCHEME) or zen.default_scheme()
-        known = [s for s, _ in zen.schemes()]
-        if self.scheme_id not in known:
-            raise ValueError(f"zen: unknown scheme '{self.scheme_id}' (known: {', '.join(known)})")
+        transport = transport or os.environ.get(_ENV_TRANSPORT) or None
+        if transport not in _TRANSPORTS + (None,):
+            raise ValueError(f"zen: ZenState(transport={transport!r}): expected one of "
+                             f"{', '.join(repr(t) for t in _TRANSPORTS)} (or None: by backend)")
+        if transport == "process_group" and comm is not None:
+            raise ValueError("zen: ZenState(comm=...) is zen's own communicator: it goes with "
+                             "transport='zen', not 'process_group'")
+        self._transport = "zen" if comm is not None else transport
+        self._engine = None
+        if self._transport == "process_group":  # the engine runs ZEN; no other scheme there
+            self.scheme_id = scheme or "zen"
+            if self.scheme_id not in ("zen", "auto"):
+                raise ValueError(f"zen: transport 'process_group' runs scheme zen; "
+                                 f"scheme '{self.scheme_id}' needs transport='zen'")
+        else:
+            self.scheme_id = scheme or os.environ.get(_ENV_SCHEME) or zen.default_scheme()
+            known = [s for s, _ in zen.schemes()]
+            if self.scheme_id not in known:
+                raise ValueError(f"zen: unknown scheme '{self.scheme_id}' "
+                                 f"(known: {', '.join(known)})")
         self._hostname = hostname
         self._timeout = timeout
         self._comm = comm
@@ -249,8 +268,47 @@ class ZenState:
         return self._context
 
     @property
+    def transport(self):
+        """'zen' (zen's C++ communicator: CPU tensors) or 'process_group' (the
+        group's own collectives: CPU or CUDA tensors, any backend). Unless
+        given, 'zen' for a Gloo group and 'process_group' for any other
+        backend (NCCL), decided on first use; the backend is the same on
+        every rank, so is the decision."""
+        if self._transport is None:
+            backend = str(dist.get_backend(self.process_group)) if dist.is_initialized() else "gloo"
+            self._transport = "zen" if backend == "gloo" else "process_group"
+        return self._transport
+
+    @property
+    def engine(self):
+        """The zen.process_group.ProcessGroupEngine of transport
+        'process_group' (created on first use)."""
+        if self._engine is None:
+            from zen.process_group import ProcessGroupEngine
+            timeout = (_timedelta_seconds(self._timeout) if self._timeout is not None
+                       else _default_timeout())
+            self._engine = ProcessGroupEngine(self.process_group, seed=self._seed,
+                                              timeout=timeout)
+        return self._engine
+
+    @property
+    def rank(self):
+        if self.transport == "process_group":
+            return dist.get_rank(self.process_group)
+        return self.comm.rank
+
+    @property
     def world_size(self):
+        if self.transport == "process_group":
+            return dist.get_world_size(self.process_group)
         return self.comm.size
+
+    @property
+    def bytes_sent(self):
+        """Payload bytes this rank sent so far, on either transport."""
+        if self.transport == "process_group":
+            return self.engine.bytes_sent
+        return self.comm.bytes_sent
 
     def check_replicas(self, bucket):
         """Before a DDP bucket's first synchronization: every rank of this
@@ -270,9 +328,12 @@ class ZenState:
         key = (index, tuple(id(p) for p in params))  # a new model or rebuilt bucket: again
         if key in self._replicas_checked:
             return
-        comm = self.comm
-        world, rank = comm.size, comm.rank
+        world, rank = self.world_size, self.rank
         mine = _replica_fingerprint(params)
+        if self.transport == "process_group":
+            prints = self._gather_fingerprints(mine, bucket.buffer().device)
+            self._check_prints(key, prints, index, rank)
+            return
         # Each rank's 48-bit fingerprint in 16-bit pieces, in its own slots of
         # a dense sum: one non-zero per slot, so the float32 sum is exact.
         slots = np.zeros(3 * world, dtype=np.float32)
@@ -281,6 +342,15 @@ class ZenState:
                            [("dense", "replicas", slots, slots.size, 1, {"scheme": "agsparse"})]
                            ).wait()
         prints = [sum(int(slots[3 * r + i]) << (16 * i) for i in range(3)) for r in range(world)]
+        self._check_prints(key, prints, index, rank)
+
+    def _gather_fingerprints(self, mine, device):
+        out = torch.empty(self.world_size, dtype=torch.int64, device=device)
+        dist.all_gather_into_tensor(out, torch.tensor([mine], dtype=torch.int64, device=device),
+                                    group=self.process_group)
+        return out.tolist()
+
+    def _check_prints(self, key, prints, index, rank):
         if all(f == prints[0] for f in prints):
             self._replicas_checked.add(key)
         else:
@@ -339,6 +409,8 @@ class ZenState:
         return None
 
     def _scheme_of(self, item):
+        if self._transport == "process_group":  # the engine runs ZEN
+            return "zen" if item in self._seen_items else None
         if self._context is None:
             return None
         self.context.drain()
@@ -406,7 +478,7 @@ def _replica_fingerprint(params):
         n = flat.numel()
         if n:
             sample = torch.cat([flat[::max(1, n // 256)][:256], flat[-1:]])
-            digest.update(sample.to(torch.float32).contiguous().numpy().tobytes())
+            digest.update(sample.to(torch.float32).cpu().contiguous().numpy().tobytes())
     return int.from_bytes(digest.digest()[:6], "little")
 
 
@@ -429,9 +501,11 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def _local_error(tensor):
-    """Why zen cannot synchronize this tensor, or None."""
+    """Why zen's communicator (transport 'zen') cannot synchronize this
+    tensor, or None."""
     if tensor.device.type != "cpu":
-        return f"tensor is on {tensor.device}; zen synchronizes CPU tensors only"
+        return (f"tensor is on {tensor.device}; transport 'zen' synchronizes CPU tensors "
+                "(ZenState(transport='process_group') runs on the process group's device)")
     if tensor.dtype not in _DTYPES:
         return (f"tensor has dtype {tensor.dtype}; zen synchronizes float32, float16, bfloat16 "
                 "and float64")
@@ -632,6 +706,8 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     if scheme:
         options["scheme"] = scheme
     options = _item_options(state, options)
+    if state.transport == "process_group":
+        return _pg_allreduce_(state, tensor, average, name)
     ctx = state.context
     if tensor.numel() == 0 and tensor.layout in (torch.strided, torch.sparse_coo):
         shape = "x".join(str(d) for d in tensor.shape)
@@ -700,15 +776,15 @@ def _with(item, options):
     return item + (options,) if options else item
 
 
-def _ring_sum_order(pieces, numel, world):
+def _ring_sum_order(pieces, numel, world, element_size=4):
     """(first element, start rank) steps for an item made of `pieces`
-    ((offset, length) in a float32 bucket of `numel` elements, in item
-    order)."""
+    ((offset, length) in a bucket of `numel` elements of `element_size`
+    bytes, in item order)."""
     def round_up(v, m):
         return -(-v // m) * m
-    total = numel * 4
+    total = numel * element_size
     segments = round_up(max(-(-total // _GLOO_MAX_SEGMENT_BYTES), 2 * world), world)
-    chunk = (segments // world) * (round_up(-(-total // segments), 4) // 4)
+    chunk = (segments // world) * (round_up(-(-total // segments), element_size) // element_size)
     steps, at = [], 0
     for offset, length in pieces:
         g = offset
@@ -722,20 +798,13 @@ def _ring_sum_order(pieces, numel, world):
     return steps
 
 
-def _bucket_items(state, bucket, work, fuse=True):
-    """The items of a dense bucket, viewing `work` (the bucket's buffer, or
-    its float32 copy): one per >= 2-D parameter ([rows x width], so zero rows
-    of an embedding are not sent), and all 0-/1-D parameters together as one
-    element buffer (copied out and back: they are small). With `fuse`,
-    parameters of the same width that lie next to each other in the bucket
-    (e.g. a transformer's q, k, v and output projections) are one item: one
-    [rows1 + rows2 + ... x width] view, so one exchange instead of one per
-    parameter, with the same sums. Returns the items and a function that
-    copies the vectors' sums back."""
+def _bucket_layout(state, bucket, fuse=True):
+    """Where a dense bucket's parameters lie in its buffer: (matrices, small),
+    matrices = [(offset, name, rows, width)] for the >= 2-D parameters (with
+    `fuse`, neighbours of the same width merged into one, names joined by
+    '+'), small = [(offset, numel)] for the 0-/1-D ones."""
     buffer = bucket.buffer()
     index = bucket.index()
-    flat = work.view(-1)
-    array = flat.numpy()
     start = buffer.data_ptr()
     size = buffer.element_size()
     grads, params = bucket.gradients(), bucket.parameters()
@@ -758,6 +827,24 @@ def _bucket_items(state, bucket, work, fuse=True):
         else:
             small.append((offset, n))
         offset += n
+    return matrices, small
+
+
+def _bucket_items(state, bucket, work, fuse=True):
+    """The items of a dense bucket, viewing `work` (the bucket's buffer, or
+    its float32 copy): one per >= 2-D parameter ([rows x width], so zero rows
+    of an embedding are not sent), and all 0-/1-D parameters together as one
+    element buffer (copied out and back: they are small). With `fuse`,
+    parameters of the same width that lie next to each other in the bucket
+    (e.g. a transformer's q, k, v and output projections) are one item: one
+    [rows1 + rows2 + ... x width] view, so one exchange instead of one per
+    parameter, with the same sums. Returns the items and a function that
+    copies the vectors' sums back."""
+    buffer = bucket.buffer()
+    index = bucket.index()
+    flat = work.view(-1)
+    array = flat.numpy()
+    matrices, small = _bucket_layout(state, bucket, fuse)
     ring = _ddp_order(state, buffer)
 
     def options(pieces):  # the item's options: its sum order, the state's wire values
@@ -811,7 +898,7 @@ def _record_items(state, step, parts):
     rank r puts its rows at offset r x rows of a [world x rows] tensor, so
     the sum is the concatenation. parts: (name, rows, width, ids, values) of
     this rank's gradient."""
-    world, rank = state.world_size, state.comm.rank
+    world, rank = state.world_size, state.rank
     items, layout = [], []
     for name, rows, width, ids, values in parts:
         trace_name = _trace_name(step, name)
@@ -833,7 +920,7 @@ def _keep_recorded(state, layout, results):
             mask = owner == r
             per_rank.append((ids[mask] - r * rows, values[mask]))
         state._recorded[trace_name] = (rows, width, per_rank)
-    if state.comm.rank == 0:
+    if state.rank == 0:
         tensors = [(n, rows, width, per_rank)
                    for n, (rows, width, per_rank) in sorted(state._recorded.items())]
         zen.write_trace(state.record, world, tensors,
@@ -872,11 +959,23 @@ def comm_hook(state, bucket):
         state._bucket_keys[index] = key
         state.bucket_modes.pop(index, None)
     world = state.world_size
-    future = torch.futures.Future()
     event = None
     if state.timeline is not None:
         event = {"bucket": index, "path": "zen", "start": time.perf_counter(), "end": None}
         state.timeline.append(event)
+    if state.transport == "process_group":
+        recording = state.record and state._calls.get(index, 0) < state.record_steps
+        if (state.dense_threshold == 0 and buffer.layout != torch.sparse_coo
+                and index not in state.bucket_modes and not recording):
+            state.bucket_modes[index] = "pg"
+        if (buffer.layout != torch.sparse_coo and state.bucket_modes.get(index) == "pg"
+                and not recording):
+            if event is not None:
+                event["path"] = "pg"
+            state._bucket_paths[index] = ("allreduce", params, None)
+            return _pg_allreduce(state, buffer, world, event)
+        return _pg_hook(state, bucket, buffer, index, params, world, event)
+    future = torch.futures.Future()
 
     def done(result):
         if event is not None:
@@ -1035,6 +1134,217 @@ def _fail_from(handle, fail):
         handle.wait()
     except Exception as e:  # noqa: BLE001
         fail(e)
+
+
+# ---- transport 'process_group': the group's own collectives ----------------
+#
+# The same entry points on zen.process_group.ProcessGroupEngine (ZEN with
+# torch tensor ops and the group's all_to_all_single / all_gather): CPU
+# tensors on Gloo, CUDA tensors on NCCL. Values stay on their device and in
+# their dtype (float64 summed in float64; bfloat16/float16 summed in float32,
+# sent at their own width). The engine's only host reads are its two count
+# records per call, so a call runs to its end inside the hook (ordered on the
+# current stream after the gradient's producer) and the hook returns a
+# completed future; nothing synchronizes the device.
+
+_PG_DTYPES_OK = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _pg_error(tensor):
+    """Why transport 'process_group' cannot synchronize this tensor, or None."""
+    if tensor.dtype not in _PG_DTYPES_OK:
+        return (f"tensor has dtype {tensor.dtype}; zen synchronizes float32, float64, bfloat16 "
+                "and float16")
+    return None
+
+
+def _linear_ids(indices, shape, sparse_dim):
+    """Row-major linear ids of a COO tensor's indices over its sparse dims."""
+    if sparse_dim == 1:
+        return indices[0]
+    if sparse_dim == 0:
+        return torch.zeros(indices.shape[1], dtype=torch.int64, device=indices.device)
+    strides = torch.tensor([math.prod(shape[k + 1:sparse_dim]) for k in range(sparse_dim)],
+                           dtype=torch.int64, device=indices.device)
+    return (indices * strides.unsqueeze(1)).sum(0)
+
+
+def _coo_from(ids, values, shape, sparse_dim):
+    """The coalesced COO tensor of `shape` holding sorted unique linear ids."""
+    values = values.reshape((ids.numel(),) + tuple(shape[sparse_dim:]))
+    if sparse_dim == 1:
+        indices = ids.unsqueeze(0)
+    elif sparse_dim == 0:
+        indices = torch.zeros((0, ids.numel()), dtype=torch.int64, device=ids.device)
+    else:
+        parts, rest = [], ids
+        for k in reversed(range(sparse_dim)):
+            parts.append(rest % shape[k])
+            rest = torch.div(rest, shape[k], rounding_mode="floor")
+        indices = torch.stack(parts[::-1])
+    return torch.sparse_coo_tensor(indices, values, shape, **_UNCHECKED)._coalesced_(True)
+
+
+def _pg_sparse(state, tensor, name, divisor=None, sum_order="rank"):
+    """The coalesced global sum of a COO tensor through the engine. With a
+    divisor, each rank's values are divided first and their repeats
+    coalesced by torch, as DDP's reducer does before Gloo's sparse
+    allreduce. A bad tensor on any rank raises on every rank."""
+    shape = tuple(tensor.shape)
+    sparse_dim = tensor.sparse_dim()
+    rows = math.prod(shape[:sparse_dim])
+    width = math.prod(shape[sparse_dim:])
+    error = _pg_error(tensor) or _index_error(tensor)
+    indices = tensor._indices()
+    values = tensor._values().detach()
+    if not error and divisor is not None:
+        merged = torch.sparse_coo_tensor(indices, values / divisor, shape,
+                                         **_UNCHECKED).coalesce()
+        indices, values = merged._indices(), merged._values()
+    ids = _linear_ids(indices, shape, sparse_dim)
+    values = values.reshape(ids.numel(), width)
+    out_ids, out_values = state.engine.allreduce_sparse(
+        name, rows, ids, values, sum_order=sum_order, wire_dtype=_PG_DTYPES.get(state.values),
+        error=error)
+    return _coo_from(out_ids, out_values, shape, sparse_dim)
+
+
+def _pg_allreduce_(state, tensor, average, name):
+    """allreduce_ on transport 'process_group'."""
+    world = state.world_size
+    wire = _PG_DTYPES.get(state.values)
+    with torch.no_grad():
+        if tensor.layout == torch.sparse_coo:
+            if tensor.numel() == 0:
+                state.engine.allreduce_rows_(f"{name}[empty {tuple(tensor.shape)}]",
+                                             torch.zeros(1, 1, device=tensor.device))
+                return tensor
+            result = _pg_sparse(state, tensor, name)
+            if average:
+                result = result / world
+            tensor.copy_(result)
+            return tensor
+        error = (f"tensor layout {tensor.layout} is not supported (strided or sparse_coo)"
+                 if tensor.layout != torch.strided else _pg_error(tensor))
+        if tensor.numel() == 0 or error:
+            placeholder = torch.zeros(1, 1, device=tensor.device)
+            state.engine.allreduce_rows_(f"{name}[empty {tuple(tensor.shape)}]" if not error
+                                         else name, placeholder, error=error)
+            return tensor
+        rows, width = _matrix_shape(tuple(tensor.shape))
+        work = tensor if tensor.is_contiguous() else tensor.contiguous()
+        state.engine.allreduce_rows_(name, work.view(rows, width), wire_dtype=wire)
+        if average:
+            work.div_(world)
+        if work is not tensor:
+            tensor.copy_(work)
+    return tensor
+
+
+def _pg_ring(state, buffer):
+    """Whether a dense bucket on the engine is summed in Gloo's ring order
+    (bit for bit plain DDP on >= 3 ranks): float32 or float64 sent at full
+    width. (bfloat16/float16 are summed in float32 here, Gloo sums them in
+    their own width: no order makes those equal.)"""
+    return (state.ddp_order and state.values == "fp32" and state.world_size >= 3
+            and buffer.dtype in (torch.float32, torch.float64))
+
+
+def _pg_hook(state, bucket, buffer, index, params, world, event):
+    """comm_hook on transport 'process_group'. Returns the hook's future."""
+    future = torch.futures.Future()
+    wire = _PG_DTYPES.get(state.values)
+    try:
+        with torch.no_grad():
+            if buffer.layout == torch.sparse_coo:
+                if event is not None:
+                    event["path"] = "sparse"
+                name = f"bucket{index}"
+                if len(params) == 1:
+                    name = state.param_name(params[0], name)
+                state._bucket_paths[index] = ("sparse", params, [name])
+                state._seen_items.add(name)
+                step = _next_call(state, index)
+                result = _pg_sparse(state, buffer, name, divisor=world)
+                if state.record and step < state.record_steps:
+                    local = buffer.coalesce()
+                    sparse_dim = buffer.sparse_dim()
+                    rows = math.prod(buffer.shape[:sparse_dim])
+                    width = math.prod(buffer.shape[sparse_dim:])
+                    ids = _linear_ids(local._indices(), tuple(buffer.shape), sparse_dim)
+                    _pg_record(state, step, [(name, rows, width, ids, local._values())])
+                future.set_result(result)
+            else:
+                recording = state.record and state._calls.get(index, 0) < state.record_steps
+                step = _next_call(state, index)
+                matrices, small = _bucket_layout(state, bucket, fuse=not recording)
+                flat = buffer.view(-1)
+                if recording:
+                    _pg_record(state, step, [
+                        (name, rows, width, *_nonzero_rows(flat[o:o + rows * width]
+                                                           .view(rows, width)))
+                        for o, name, rows, width in matrices])
+                buffer.mul_(1.0 / world)  # as DDP's reducer, in the bucket's dtype
+                ring = _pg_ring(state, buffer)
+                size = buffer.element_size()
+
+                def order(pieces):
+                    return (_ring_sum_order(pieces, flat.numel(), world, size) if ring
+                            else "rank")
+
+                names = []
+                total = nonzero = 0
+                decide = index not in state.bucket_modes
+                for o, name, rows, width in matrices:
+                    view = flat[o:o + rows * width].view(rows, width)
+                    state.engine.allreduce_rows_(name, view, sum_order=order([(o, rows * width)]),
+                                                 wire_dtype=wire)
+                    names.append(name)
+                    if decide:
+                        total += rows * width
+                        nonzero += int((view != 0).any(dim=1).sum()) * width
+                if small:
+                    name = f"bucket{index}.vectors"
+                    vectors = torch.cat([flat[o:o + n] for o, n in small])
+                    state.engine.allreduce_rows_(name, vectors.view(-1, 1), sum_order=order(small),
+                                                 wire_dtype=wire)
+                    at = 0
+                    for o, n in small:
+                        flat[o:o + n].copy_(vectors[at:at + n])
+                        at += n
+                    names.append(name)
+                    if decide:
+                        total += vectors.numel()
+                        nonzero += int((vectors != 0).sum())
+                if decide:
+                    threshold = state.dense_threshold
+                    dense = threshold is not None and total and nonzero / total >= threshold
+                    state.bucket_modes[index] = "pg" if dense else "zen"
+                state._bucket_paths[index] = ("zen", params, names)
+                state._seen_items.update(names)
+                future.set_result(buffer)
+    except Exception as e:  # noqa: BLE001 (handed to DDP)
+        future.set_exception(e)
+    if event is not None:
+        event["end"] = time.perf_counter()
+    return future.then(_unwrap)
+
+
+def _pg_record(state, step, parts):
+    """Recording on transport 'process_group': every rank's rows of each part
+    gathered to every rank through the engine (rank r's rows at r x rows of a
+    [world x rows] tensor, so the sum is the concatenation), kept and written
+    as on transport 'zen' (a host copy: recording is a diagnostic)."""
+    world, rank = state.world_size, state.rank
+    layout, results = [], []
+    for name, rows, width, ids, values in parts:
+        trace_name = _trace_name(step, name)
+        out_ids, out_values = state.engine.allreduce_sparse(
+            "record." + trace_name, world * rows, ids + rank * rows,
+            values.reshape(-1, width).to(torch.float32))
+        layout.append((trace_name, rows, width))
+        results.append((out_ids.cpu().numpy(), out_values.cpu().numpy()))
+    _keep_recorded(state, layout, results)
 
 
 def register(ddp, **state_options):
