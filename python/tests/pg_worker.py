@@ -466,9 +466,84 @@ def scenario_timeout(rank, world, device):
     return {"message": text, "waited": waited}
 
 
+def scenario_torch_hook(rank, world, device):
+    """zen.torch on the device: ZenState(transport='process_group') as a DDP
+    comm hook (sparse and dense embeddings, float32 and float64 models)
+    against plain DDP on the same group, allreduce_ against all_reduce, and
+    topk_hook. Bit for bit where the sum order agrees: always on 1 and 2
+    ranks; on 3+ Gloo ranks the engine adds dense buckets in Gloo's ring
+    order; NCCL's own order (ring or tree, chosen at run time) is not
+    modelled, so on 3+ NCCL ranks the parameters agree within rounding."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import zen.torch
+    from zen.sparsify import TopKState, topk_hook
+
+    group = GROUP
+    exact = world <= 2 or device.type == "cpu"
+
+    class Net(nn.Module):
+        def __init__(self, sparse):
+            super().__init__()
+            self.emb = nn.Embedding(300, 16, sparse=sparse)
+            self.norm = nn.LayerNorm(16)
+            self.proj = nn.Linear(16, 40)
+
+        def forward(self, x):
+            return self.proj(self.norm(self.emb(x)).mean(1))
+
+    def train(sparse, dtype, hook):
+        torch.manual_seed(0)
+        model = Net(sparse).to(device=device, dtype=dtype)
+        ddp = nn.parallel.DistributedDataParallel(model, process_group=group,
+                                                  bucket_cap_mb=0.01)
+        if hook == "zen":
+            zen.torch.register(ddp, transport="process_group")
+        elif hook == "topk":
+            ddp.register_comm_hook(TopKState(0.1, module=model, min_numel=1, process_group=group,
+                                             zen_state=zen.torch.ZenState(
+                                                 group, transport="process_group")), topk_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        for step in range(4):
+            gen = torch.Generator().manual_seed(1000 * step + rank)
+            x = torch.randint(0, 300, (8, 6), generator=gen).to(device)
+            y = torch.randint(0, 40, (8,), generator=gen).to(device)
+            opt.zero_grad()
+            F.cross_entropy(ddp(x).to(torch.float32), y).backward()
+            opt.step()
+        return model
+
+    checked = 0
+    for sparse in (False, True):
+        for dtype in (torch.float32, torch.float64):
+            ref, mine = train(sparse, dtype, None), train(sparse, dtype, "zen")
+            for (n, p), (_, q) in zip(mine.named_parameters(), ref.named_parameters()):
+                if exact:
+                    assert torch.equal(p, q), (sparse, dtype, n, (p - q).abs().max().item())
+                else:
+                    torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+                checked += 1
+    topk = train(False, torch.float32, "topk")
+    for n, p in topk.named_parameters():
+        gathered = [torch.empty_like(p) for _ in range(world)]
+        dist.all_gather(gathered, p.detach().contiguous(), group=group)
+        assert all(torch.equal(g, gathered[0]) for g in gathered), n
+    state = zen.torch.ZenState(group, transport="process_group")
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        t = torch.randn(50, 4, generator=torch.Generator().manual_seed(rank)).to(device, dtype)
+        t[rank::2] = 0
+        expected = t.to(torch.float64)
+        dist.all_reduce(expected, group=group)
+        zen.torch.allreduce_(t, state=state, name=f"dense.{dtype}")
+        assert t.device == expected.device
+        tol = {torch.float32: 1e-6, torch.float64: 1e-15}.get(dtype, 1e-2)
+        torch.testing.assert_close(t.to(torch.float64), expected, rtol=tol, atol=tol)
+    return {"parameters_checked": checked, "exact": exact}
+
+
 SCENARIOS = {"exact": scenario_exact, "huge": scenario_huge, "dense": scenario_dense,
              "mismatch": scenario_mismatch, "cxx": scenario_cxx, "bench": scenario_bench,
-             "timeout": scenario_timeout}
+             "timeout": scenario_timeout, "torch_hook": scenario_torch_hook}
 
 
 def launch(world, device, scenarios, timeout):

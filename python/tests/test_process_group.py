@@ -75,7 +75,7 @@ def passed(job, scenario, size):
     return [res["result"] for res in results[(scenario, size)]]
 
 
-CPU_SCENARIOS = ["exact", "huge", "dense", "mismatch"]
+CPU_SCENARIOS = ["exact", "huge", "dense", "mismatch", "torch_hook"]
 SIZES = [2, 3, 4]
 
 
@@ -104,6 +104,15 @@ def test_huge_rows(pg_job, size):
 @pytest.mark.parametrize("size", SIZES)
 def test_dense_rows_in_place(pg_job, size):
     passed(pg_job, "dense", size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_zen_torch_entry_points_on_the_engine(pg_job, size):
+    # zen.torch with ZenState(transport='process_group') on this job's
+    # device: DDP hooks bit for bit plain DDP (float32 and float64, sparse
+    # and dense embeddings), topk_hook, allreduce_ in every dtype
+    # (pg_worker.scenario_torch_hook; on CUDA through scripts/gpu-check).
+    passed(pg_job, "torch_hook", size)
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -346,7 +346,7 @@ class ZenState:
 
     def _gather_fingerprints(self, mine, device):
         out = torch.empty(self.world_size, dtype=torch.int64, device=device)
-        dist.all_gather_into_tensor(out, torch.tensor([mine], dtype=torch.int64, device=device),
+        _all_gather_single(out, torch.tensor([mine], dtype=torch.int64, device=device),
                                     group=self.process_group)
         return out.tolist()
 
@@ -488,6 +488,9 @@ def _matrix_shape(shape):
         return shape[0], math.prod(shape[1:])
     return math.prod(shape), 1
 
+
+# all_gather into one tensor (torch 2.13 renamed all_gather_into_tensor).
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 # ZenState(values=...): the wire format of zen's items ("values" option of
 # zen.Context.start) and the dtype a process-group bucket is cast to.
