@@ -8,6 +8,8 @@ DistributedDataParallel, synchronizing gradients with zen or with plain Gloo.
     ... --model dense               # nn.Embedding(sparse=False): zero rows in dense buckets
     ... --model none                # no trainable embedding: dense gradients only
     ... --values bf16               # zen: values at half width on the wire
+    ... --transport process_group   # zen over the process group's own collectives
+    ... --device cuda               # CUDA tensors, NCCL (zen: transport process_group)
     ... --timeline /tmp/tl.json     # per-bucket hook start/end against backward
 
 Model (--model sparse, the default): nn.Embedding(vocab, 64, sparse=True) ->
@@ -75,6 +77,11 @@ def parse_args():
     p.add_argument("--dense-embedding", action="store_true", help="the same as --model dense")
     p.add_argument("--values", choices=["fp32", "bf16", "fp16"], default="fp32",
                    help="zen: ZenState(values=...), the values' width on the wire")
+    p.add_argument("--transport", choices=["zen", "process_group"], default=None,
+                   help="zen: ZenState(transport=...); default by backend (Gloo: zen, "
+                        "NCCL: process_group)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: one GPU per rank (LOCAL_RANK), backend NCCL")
     p.add_argument("--dense-threshold", type=float, default=0.5,
                    help="zen: ZenState(dense_threshold=...); < 0 for None (every bucket on zen)")
     p.add_argument("--timeline", default=None, metavar="PATH",
@@ -194,7 +201,13 @@ def overlap(steps):
 
 def main():
     args = parse_args()
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl")
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     t0 = time.time()
     stream, vocab = tokenize(args.max_paragraphs, args.vocab)
@@ -206,7 +219,9 @@ def main():
 
     torch.manual_seed(args.seed)
     embedding = "dense" if args.dense_embedding else args.model
-    model = LanguageModel(vocab, args.width, args.hidden, embedding)
+    model = LanguageModel(vocab, args.width, args.hidden, embedding).to(device)
+    if model.embedding is None:
+        model.codes = model.codes.to(device)  # an attribute: .to() leaves it
     ddp = nn.parallel.DistributedDataParallel(model)
     state = None
     timeline = None
@@ -214,6 +229,7 @@ def main():
         import zen.torch
         threshold = None if args.dense_threshold < 0 else args.dense_threshold
         state = zen.torch.register(ddp, scheme=args.scheme, values=args.values,
+                                   transport=args.transport,
                                    dense_threshold=threshold, timeline=bool(args.timeline))
         timeline = state.timeline
     elif args.timeline:
@@ -227,7 +243,7 @@ def main():
     for step in range(args.steps):
         start = time.perf_counter()
         rows = torch.arange(step * args.batch, (step + 1) * args.batch) % len(windows)
-        chunk = windows[rows]
+        chunk = windows[rows].to(device)
         x, y = chunk[:, :-1], chunk[:, 1:]
         opt.zero_grad()
         loss = F.cross_entropy(ddp(x).reshape(-1, vocab), y.reshape(-1))
@@ -263,8 +279,9 @@ def main():
                       f"{100 * summary['hidden_fraction']:.0f}% of the communication hidden "
                       f"behind backward ({summary['steps']} steps; {args.timeline})")
         if state is not None:
-            print(f"[train_lm] zen scheme '{state.scheme_id}': rank 0 sent "
-                  f"{state.comm.bytes_sent} payload bytes; what ran per bucket (latest step):")
+            print(f"[train_lm] zen scheme '{state.scheme_id}', transport '{state.transport}': "
+                  f"rank 0 sent {state.bytes_sent} payload bytes; what ran per bucket "
+                  "(latest step):")
             buckets = {}
             for name, ran in state.decisions().items():
                 buckets.setdefault((ran["bucket"], ran["path"], ran["scheme"]), []).append(name)

@@ -54,3 +54,27 @@ def test_train_lm_without_embedding_zen_matches_gloo():
     zen_losses, _ = train("zen", "--model", "none")
     gloo_losses, _ = train("gloo", "--model", "none")
     assert zen_losses == gloo_losses
+
+
+def test_train_lm_on_the_process_group_transport_matches_gloo():
+    # ZenState(transport='process_group') (what runs on NCCL), here on CPU
+    # over Gloo: sparse and dense embeddings, the losses of plain DDP to the
+    # last bit on 2 ranks; the summary names the transport.
+    for model in ("sparse", "dense"):
+        pg_losses, out = train("zen", "--model", model, "--transport", "process_group")
+        assert "transport 'process_group'" in out, out
+        gloo_losses, _ = train("gloo", "--model", model)
+        assert pg_losses == gloo_losses, (model, pg_losses, gloo_losses)
+
+
+def test_gpu_check_without_a_gpu_says_so_and_exits_0():
+    # scripts/gpu-check on a machine without a GPU: runs nothing, says why,
+    # exit status 0 (its GPU steps run through ZEN_GPU_CHECK_DEVICE=cpu in
+    # test_process_group.py's scenarios).
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: scripts/gpu-check runs for real")
+    run = subprocess.run([str(REPO / "scripts" / "gpu-check")], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout
+    assert "no GPU here" in run.stdout and "nothing run" in run.stdout, run.stdout

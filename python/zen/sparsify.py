@@ -324,7 +324,8 @@ class TopKState:
         """(record, live): the current step's public stats dict and its
         internal counters (created on the step's first bucket)."""
         if self._record is None or self._record[0]["step"] != self.step:
-            comm = self.zen_state.comm if mode == "zen" else None
+            comm = (self.zen_state.comm
+                    if mode == "zen" and self.zen_state.transport == "zen" else None)
             record = {
                 "step": self.step, "mode": mode, "ratio": self.current_ratio(),
                 "values_sent": 0, "values_total": 0, "fraction": 0.0,
