@@ -687,10 +687,12 @@ std::string JobOf(int rank, const GlooOptions& options, const std::string& url_j
   return options.job.empty() ? url_job : options.job;
 }
 
+// `rendezvous` names the store in messages ("" for a store passed in).
 std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
                                              std::shared_ptr<gloo::rendezvous::Store> store,
                                              const GlooOptions& options, const std::string& job,
-                                             Clock::time_point start) {
+                                             Clock::time_point start,
+                                             const std::string& rendezvous) {
   const Millis timeout = options.timeout;
   const Clock::time_point deadline = start + timeout;
   IgnoreSigpipeIfDefault();
@@ -724,8 +726,9 @@ std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
     throw TransportError(Where{rank}, "cannot listen on '", options.hostname,
                          "': ", Describe(std::current_exception()));
   }
+  RunRendezvous run;
   if (size > 1) {
-    const RunRendezvous run = JoinRun(*store, options.prefix, job, mine, deadline, timeout);
+    run = JoinRun(*store, options.prefix, job, mine, deadline, timeout, rendezvous);
     for (int i = 0; i < size; ++i) {
       if (run.peers[static_cast<size_t>(i)].address_bytes != mine.address_bytes) {
         throw FormatError(Where{rank}, "rendezvous: rank ", i, " published addresses of ",
@@ -783,6 +786,22 @@ std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
   comm->set_request_timeout(
       std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now())));
   try {
+    // Every peer must be of this run: its nonce (rank 0's, per generation)
+    // comes over the connection itself, so a pair connected to a listener
+    // of another job or run is caught here, on every rank that sees it.
+    if (size > 1) {
+      const std::vector<int64_t> nonces = AllGatherInt(*comm, static_cast<int64_t>(run.nonce));
+      for (int i = 0; i < size; ++i) {
+        const auto theirs = static_cast<uint64_t>(nonces[static_cast<size_t>(i)]);
+        if (theirs != run.nonce) {
+          throw MismatchError(
+              Where{rank}, "rendezvous: rank ", i, " answered over the new mesh with nonce ",
+              theirs, ", this run's (generation ", run.generation, " of '", run.base, "') is ",
+              run.nonce, ": the connection reached a process of another job or run. Give each "
+              "job its own directory or ?job=ID");
+        }
+      }
+    }
     Barrier(*comm);
   } catch (const TransportError& e) {
     throw TransportError(std::string("while checking the new mesh: ") + e.what());
@@ -802,11 +821,12 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions&
   switch (url.kind) {
     case RendezvousUrl::Kind::kFile:
     case RendezvousUrl::Kind::kRedis:
-      return ConnectThrough(rank, size, OpenStore(url.base, options.timeout), options, job, start);
+      return ConnectThrough(rank, size, OpenStore(url.base, options.timeout), options, job, start,
+                            url.base);
     case RendezvousUrl::Kind::kTcp:
       return ConnectThrough(rank, size,
                             OpenTcpStore(url.host, url.port, rank == 0, options.timeout, rank),
-                            options, job, start);
+                            options, job, start, url.base);
     default:
       throw InvalidArgument(Where{rank}, "ConnectGloo: rendezvous '", options.rendezvous,
                             "' must be resolved first: call RendezvousFromEnv with the "
@@ -820,7 +840,7 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
   CheckConnectArgs(rank, size, options);
   if (!store) throw InvalidArgument(Where{rank}, "ConnectGloo: the store is null");
   return ConnectThrough(rank, size, std::move(store), options, JobOf(rank, options, ""),
-                        Clock::now());
+                        Clock::now(), "");
 }
 
 }  // namespace zen

@@ -23,10 +23,37 @@
 // "<g>/ready". So a rerun with the same directory (or the same job id) uses
 // generation g+1 and never reads the addresses of the run before, and a
 // partial earlier run (a rank that never came) is skipped over, not waited
-// for. Two live jobs with the same store, prefix and job id are not told
-// apart: give concurrent jobs distinct job ids. Elastic restarts put the
-// restart count in the job id (RendezvousFromEnv does), so a new generation
-// of workers never meets the keys of the previous one either way.
+// for. Elastic restarts put the restart count in the job id
+// (RendezvousFromEnv does), so a new generation of workers never meets the
+// keys of the previous one either way.
+//
+// Concurrent jobs. Two live jobs given the same store, prefix and job id
+// (e.g. the same file:DIR without ?job=) must not pair with each other's
+// ranks: that sums one job's gradients into the other's. Launchers give each
+// job its own namespace (torchrun: its own MASTER_PORT and a job id from
+// TORCHELASTIC_RUN_ID; mpirun: the MPI job id; `zen bench`: a fresh temporary
+// directory per launch). Without one, JoinRun detects a second job and fails
+// at once with a MismatchError that names the rendezvous and says "give each
+// job its own directory or ?job=ID":
+//  - rank 0 of generation g watches, until it publishes "<g>/ready", for a
+//    claim of g+1; seeing one, it writes "<g>/abort" (the reason) and fails;
+//  - a rank 0 that claims g while g-1 is still forming (neither ready nor
+//    aborted) waits kConcurrentGrace before confirming g; if "<g-1>/abort"
+//    appears meanwhile (its rank 0 is alive and saw us), it writes
+//    "<g>/abort" and fails too; if not, g-1 is the leftover of a dead run;
+//  - a rank waiting in a generation that is aborted (or that it left for a
+//    newer one, and that is then aborted) fails with the abort's reason;
+//  - every rank's value carries rank 0's per-generation nonce (from
+//    "gen/<g>"); after connecting, the ranks exchange their nonces over the
+//    new mesh, so a connection to a listener of another run is a
+//    MismatchError too.
+// The one order no protocol can see without a job id: a rank k > 0 of job B
+// that starts after job A's rank 0 has claimed its generation, before A's
+// own rank k has joined it, and before B's rank 0 has claimed one. It takes
+// A's free slot k, and two processes given the same (store, rank, world) are
+// indistinguishable. A's generation then completes with B's rank k, and A's
+// rank k later pairs with B's rank 0: both pairs sum across the jobs. Only a
+// job id (or a directory per job) rules this out.
 //
 // Rendezvous values (EncodeRendezvousValue / DecodeRendezvousValue) carry a
 // magic, the sender's world size and rank, and its per-peer transport
@@ -136,6 +163,9 @@ struct RendezvousValue {
   int rank = 0;
   uint32_t address_bytes = 0;
   std::vector<char> addresses;  // (world - 1) * address_bytes bytes
+  // The generation's nonce (rank 0 draws it and stores it in "gen/<g>"):
+  // every rank of one run carries the same, checked over the new mesh.
+  uint64_t nonce = 0;
   // The address this value's sender published for `peer` (peer != rank).
   std::span<const char> AddressFor(int peer) const;
 };
@@ -158,17 +188,27 @@ std::vector<char> SanitizeTcpAddress(std::span<const char> address);
 
 struct RunRendezvous {
   int64_t generation = 0;
+  uint64_t nonce = 0;                 // the generation's nonce (every peer's value carries it)
   std::string base;                   // "<prefix>[/<job>]/<generation>"
   std::vector<RendezvousValue> peers;  // by rank; peers[rank] is this rank's
 };
 
-// Publishes `mine` (this rank's value) in a fresh generation and returns
-// every rank's value. Waits end at `deadline`; TransportError then names the
-// ranks missing, the key, the time waited and `timeout`.
+// Publishes `mine` (this rank's value, its nonce set here) in a fresh
+// generation and returns every rank's value. Waits end at `deadline`;
+// TransportError then names the ranks missing, the key, the time waited and
+// `timeout`. A second job seen on the same keys (see "Concurrent jobs" above)
+// is a MismatchError naming `rendezvous` (the URL or store, for messages)
+// and telling the user to give each job its own directory or ?job=ID.
 RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
                       const std::string& job, const RendezvousValue& mine,
                       std::chrono::steady_clock::time_point deadline,
-                      std::chrono::milliseconds timeout);
+                      std::chrono::milliseconds timeout, const std::string& rendezvous = "");
+
+// How long a rank 0 that claims a generation while the one before is still
+// forming waits for that generation's rank 0 to notice it (and abort both)
+// before taking the older one for the leftover of a dead run: the lesser of
+// this and a quarter of the timeout.
+inline constexpr std::chrono::milliseconds kConcurrentGrace{500};
 
 // ---- launchers ----
 
