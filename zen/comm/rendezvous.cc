@@ -189,15 +189,81 @@ std::string EscapeKey(const std::string& key) {
 
 constexpr uint64_t kMaxFileValue = uint64_t{64} << 20;
 
+// InvalidArgument for a directory another user could put files into: one
+// that others can write and that is not sticky, or one owned by another user
+// and not sticky. In a sticky directory (e.g. /tmp itself, 1777) others cannot
+// replace this user's files, and get() refuses files that are not this
+// user's.
+void CheckDirectory(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    throw TransportError(Where{}, "rendezvous: cannot stat directory '", dir,
+                         "': ", std::strerror(errno));
+  }
+  const bool sticky = (st.st_mode & S_ISVTX) != 0;
+  const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  const bool foreign = st.st_uid != ::geteuid();
+  if (!sticky && (others_write || foreign)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw InvalidArgument(
+        Where{}, "rendezvous directory '", dir, "' (mode ", mode, ", owner uid ", st.st_uid, ") ",
+        foreign ? "belongs to another user" : "can be written by other users",
+        " and is not sticky, so others could replace its key files; name a directory of this "
+        "user's with mode 0700 (zen creates one when the path does not exist) or a sticky one");
+  }
+}
+
 }  // namespace
 
-FileStore::FileStore(std::string dir) : dir_(std::move(dir)) { MakeDirs(dir_); }
+FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
+  MakeDirs(dir_);
+  CheckDirectory(dir_);
+}
+
+namespace {
+
+// Reads the whole regular file open at fd (at most kMaxFileValue bytes).
+std::vector<char> ReadKeyFile(int fd, const std::string& key, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw TransportError(Where{}, "rendezvous: cannot stat '", path, "': ", std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    throw FormatError(Where{}, "rendezvous: '", path, "' (key '", key, "') is ",
+                      S_ISREG(st.st_mode) ? "a file of another user (uid " +
+                                                std::to_string(st.st_uid) + ")"
+                                          : std::string("not a regular file"),
+                      "; zen writes only regular files of its own user there, so another "
+                      "program or user is writing into the rendezvous directory");
+  }
+  const auto n = static_cast<uint64_t>(std::max<off_t>(0, st.st_size));
+  if (n > kMaxFileValue) {
+    throw FormatError(Where{}, "rendezvous: key '", key, "' holds ", n, " bytes, more than ",
+                      kMaxFileValue);
+  }
+  std::vector<char> out(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::read(fd, out.data() + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      throw TransportError(Where{}, "rendezvous: cannot read '", path, "': ", std::strerror(errno));
+    }
+    if (r == 0) break;  // keys are written once, before they are linked in
+    done += static_cast<size_t>(r);
+  }
+  out.resize(done);
+  return out;
+}
+
+}  // namespace
 
 std::string FileStore::PathOf(const std::string& key) const { return dir_ + "/" + EscapeKey(key); }
 
 bool FileStore::Has(const std::string& key) {
   struct stat st {};
-  return ::stat(PathOf(key).c_str(), &st) == 0;
+  return ::lstat(PathOf(key).c_str(), &st) == 0;  // whatever is there; get() checks it
 }
 
 void FileStore::set(const std::string& key, const std::vector<char>& data) {
@@ -235,18 +301,26 @@ void FileStore::set(const std::string& key, const std::vector<char>& data) {
 std::vector<char> FileStore::get(const std::string& key) {
   wait({key}, kDefaultTimeout);
   const std::string path = PathOf(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TransportError(Where{}, "rendezvous: cannot open '", path, "'");
-  in.seekg(0, std::ios::end);
-  const auto n = static_cast<uint64_t>(std::max<std::streamoff>(0, in.tellg()));
-  if (n > kMaxFileValue) {
-    throw FormatError(Where{}, "rendezvous: key '", key, "' holds ", n, " bytes, more than ",
-                      kMaxFileValue);
+  // Non-blocking and not following links: a FIFO or a link planted where a
+  // key's file belongs must not block or redirect the read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) {
+      throw FormatError(Where{}, "rendezvous: '", path, "' (key '", key,
+                        "') is a symbolic link; zen writes only regular files there, so another "
+                        "program or user is writing into the rendezvous directory");
+    }
+    throw TransportError(Where{}, "rendezvous: cannot open '", path, "': ", std::strerror(err));
   }
-  std::vector<char> out(n);
-  in.seekg(0);
-  in.read(out.data(), static_cast<std::streamsize>(n));
-  return out;
+  try {
+    std::vector<char> out = ReadKeyFile(fd, key, path);
+    ::close(fd);
+    return out;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
 }
 
 void FileStore::wait(const std::vector<std::string>& keys) { wait(keys, kDefaultTimeout); }
@@ -531,7 +605,9 @@ Millis Poll(Clock::time_point start) {
 RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
                       const std::string& job, const RendezvousValue& mine,
                       Clock::time_point deadline, Millis timeout, const std::string& rendezvous) {
-  const auto start = Clock::now();
+  // "waited" in messages counts from the start of the connect (the deadline
+  // is its start plus the timeout), not of this call.
+  const auto start = std::min(Clock::now(), deadline - timeout);
   const int self = mine.rank, world = mine.world;
   const std::string root = prefix + (job.empty() ? "" : "/" + job);
   const std::string gen = root + "/gen/";
@@ -552,7 +628,8 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
     return MismatchError(Where{self}, "rendezvous ", where,
                          " is used by another job at the same time: ", what,
                          ". Give each job its own directory or ?job=ID (GlooOptions::job, "
-                         "connect_url(..., job=ID); launchers give each job its own)");
+                         "connect_url(..., job=ID), or its own prefix with connect(store, ...); "
+                         "torchrun, mpirun and zen bench give each job its own)");
   };
   // The reason in "<g>/abort", if that key exists.
   auto abort_reason = [&](int64_t g) -> std::optional<std::string> {

@@ -101,7 +101,8 @@ class Server {
     ::freeaddrinfo(res);
     if (fd_ < 0) {
       throw TransportError(Where{rank}, "TCP store: cannot listen on ", host, ":", port, ": ", last,
-                           " (is the port taken? under torchrun zen uses MASTER_PORT+1)");
+                           " (is the port taken, e.g. by another job given the same tcp://HOST:PORT? each job needs "
+                           "its own port; under torchrun zen uses MASTER_PORT+1)");
     }
     if (::pipe2(wake_, O_CLOEXEC) != 0) {
       ::close(fd_);
