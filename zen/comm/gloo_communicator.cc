@@ -953,7 +953,8 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions&
                             url.base);
     case RendezvousUrl::Kind::kTcp:
       return ConnectThrough(rank, size,
-                            OpenTcpStore(url.host, url.port, rank == 0, options.timeout, rank),
+                            OpenTcpStore(url.host, url.port, rank == 0, options.timeout, rank,
+                                         options.secret),
                             options, job, start, url.base);
     default:
       throw InvalidArgument(Where{rank}, "ConnectGloo: rendezvous '", options.rendezvous,

@@ -353,6 +353,7 @@ bool StoreHas(gloo::rendezvous::Store& store, const std::string& key) {
 
 bool StoreTrySet(gloo::rendezvous::Store& store, const std::string& key,
                  const std::vector<char>& value) {
+  if (auto* s = dynamic_cast<AtomicSet*>(&store)) return s->TrySet(key, value);
   if (StoreHas(store, key)) return false;
   try {
     store.set(key, value);
@@ -900,6 +901,8 @@ std::optional<LaunchInfo> RendezvousFromEnv(const std::map<std::string, std::str
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
     }
     info.job = "torchelastic-" + run_id.substr(0, 64) + "-" + std::to_string(restart);
+    info.secret = "torchrun/" + run_id.substr(0, 64) + "/" + std::to_string(restart) + "/" + addr +
+                  ":" + std::to_string(port);
   } else if (get("OMPI_COMM_WORLD_RANK") && get("OMPI_COMM_WORLD_SIZE")) {
     info.launcher = "mpirun";
     info.size = static_cast<int>(integer("OMPI_COMM_WORLD_SIZE", 1, 1 << 24));
@@ -912,6 +915,13 @@ std::optional<LaunchInfo> RendezvousFromEnv(const std::map<std::string, std::str
     if (!id.empty()) info.job = "mpi-" + id.substr(0, 100);
   } else {
     return std::nullopt;
+  }
+  if (auto secret = get("ZEN_STORE_SECRET"); secret && !secret->empty()) {
+    if (secret->size() > 256) {
+      throw InvalidArgument(Where{}, "environment variable ZEN_STORE_SECRET has ", secret->size(),
+                            " bytes, at most 256");
+    }
+    info.secret = *secret;
   }
   if (auto url = get("ZEN_RENDEZVOUS"); url && !url->empty()) {
     ParseRendezvousUrl(*url);  // InvalidArgument for a bad one

@@ -79,6 +79,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zen {
@@ -126,6 +127,15 @@ class KeyCheck {
   virtual bool Has(const std::string& key) = 0;
 };
 
+// A store with an atomic set-if-absent (zen's TCP store; torch's stores
+// through compare_set): StoreTrySet uses it instead of check-then-set.
+class AtomicSet {
+ public:
+  virtual ~AtomicSet() = default;
+  // false when the key already exists.
+  virtual bool TrySet(const std::string& key, const std::vector<char>& value) = 0;
+};
+
 // zen's file store: one file per key in `dir`, named after the key (escaped),
 // written to a temporary file of mode 0600 and linked into place, so a set
 // is atomic and fails when the key exists. `dir` is created with mode 0700
@@ -147,9 +157,10 @@ class FileStore final : public gloo::rendezvous::Store, public KeyCheck {
   std::string dir_;
 };
 
-// Set-if-absent: false when the key already exists (for stores that refuse to
-// overwrite: zen's FileStore, Gloo's Redis and Hash stores; for stores that
-// overwrite, e.g. torch's, it checks first, which is not atomic).
+// Set-if-absent: false when the key already exists (atomic for stores with
+// AtomicSet and for stores that refuse to overwrite: zen's FileStore, Gloo's
+// Redis and Hash stores; for other stores that overwrite it checks first,
+// which is not atomic).
 bool StoreTrySet(gloo::rendezvous::Store& store, const std::string& key,
                  const std::vector<char>& value);
 bool StoreHas(gloo::rendezvous::Store& store, const std::string& key);
@@ -219,6 +230,12 @@ struct LaunchInfo {
   std::string rendezvous;  // a URL for GlooOptions::rendezvous
   std::string job;         // for GlooOptions::job
   std::string launcher;    // "torchrun" or "mpirun", for messages
+  // For GlooOptions::secret: ZEN_STORE_SECRET when set; else, under
+  // torchrun, "torchrun/<TORCHELASTIC_RUN_ID>/<restart>/<MASTER_ADDR>:
+  // <MASTER_PORT>", which keeps out a client of another job (a stale or
+  // misconfigured worker) but not a local process that can guess or read
+  // those variables: set ZEN_STORE_SECRET to a random value for that.
+  std::string secret;
 };
 
 // Maps a copy of the environment to rank, size and rendezvous:
@@ -245,14 +262,43 @@ namespace zen {
 // Rank 0 hosts it (host_it = true): a thread serving set-if-absent, get and
 // has on HOST:PORT (bound to that address only) for as long as the returned
 // store lives, which ConnectGloo keeps until the mesh is up. The other ranks
-// connect to it, retrying until `timeout` (rank 0 may start later). Limits:
-// keys of at most 4 KiB, values of at most 16 MiB, 256 MiB and 4096
-// connections in all; a client that breaks them is disconnected. The
-// protocol is zen's own (not torch's TCPStore protocol) and, like the rest
-// of the transport, unauthenticated.
+// connect to it, retrying until `timeout` (rank 0 may start later); no reply
+// is waited for past `timeout` after the store was opened.
+//
+// Every connection starts with `secret` (at most 256 bytes; the server
+// compares it in constant time and closes a connection that brings another
+// one). Empty secrets match each other: without one, anyone who can reach
+// the port can read and add keys, i.e. join the job. RendezvousFromEnv
+// derives one from the launcher's variables (see LaunchInfo::secret).
+//
+// Limits: keys of at most 4 KiB, values of at most 16 MiB, 256 MiB and 4096
+// connections in all; a client that breaks them is disconnected. Replies are
+// buffered only up to 1 MiB per client (plus one value) and 64 MiB in all:
+// the server reads no more requests from a client until its replies drain,
+// and disconnects a client whose replies make no progress for `timeout`
+// (at least 1 s). The protocol is zen's own (not torch's TCPStore
+// protocol) and unencrypted.
 std::shared_ptr<gloo::rendezvous::Store> OpenTcpStore(const std::string& host, int port,
                                                       bool host_it,
                                                       std::chrono::milliseconds timeout,
-                                                      int rank = -1);
+                                                      int rank = -1,
+                                                      const std::string& secret = "");
+
+// The TCP store's request framing, for its fuzz target (fuzz/store_fuzz.cc)
+// and tests: applies the complete requests at the front of `in` to `table`,
+// appending their replies to `out`, until `out` holds `out_limit` bytes.
+// `hello_done` says whether the connection has sent a matching secret; a
+// first request other than a hello with `secret` is malformed. ok = false
+// for a malformed request (the server then drops the client); `consumed`
+// counts the bytes of the requests served.
+class TcpStoreTable;
+std::shared_ptr<TcpStoreTable> NewTcpStoreTable();
+struct TcpStoreFraming {
+  size_t consumed = 0;
+  bool ok = true;
+};
+TcpStoreFraming ServeTcpStoreRequests(TcpStoreTable& table, std::span<const char> in,
+                                      std::vector<char>& out, size_t out_limit, bool& hello_done,
+                                      std::string_view secret);
 
 }  // namespace zen
