@@ -75,6 +75,26 @@ TEST(RendezvousTest, TorchrunVariablesMapToZensTcpStoreAndAGenerationJob) {
   EXPECT_NE(RendezvousFromEnv(next)->job, info->job);  // a new generation, new keys
 }
 
+// Issue 41 C2: the TCP store's per-job secret: ZEN_STORE_SECRET when set,
+// else derived from torchrun's variables (so a worker of another run or
+// restart brings another one); at most 256 bytes.
+TEST(RendezvousTest, TheStoreSecretComesFromTheLaunchEnvironment) {
+  Env env = {{"RANK", "0"},           {"WORLD_SIZE", "2"},          {"MASTER_ADDR", "h"},
+             {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "r1"}};
+  const std::string derived = RendezvousFromEnv(env)->secret;
+  EXPECT_EQ(derived, "torchrun/r1/0/h:29500");
+  Env restarted = env;
+  restarted["TORCHELASTIC_RESTART_COUNT"] = "1";
+  EXPECT_NE(RendezvousFromEnv(restarted)->secret, derived);
+  Env other_port = env;
+  other_port["MASTER_PORT"] = "29600";
+  EXPECT_NE(RendezvousFromEnv(other_port)->secret, derived);
+  env["ZEN_STORE_SECRET"] = "0123456789abcdef";
+  EXPECT_EQ(RendezvousFromEnv(env)->secret, "0123456789abcdef");
+  env["ZEN_STORE_SECRET"] = std::string(257, 'x');
+  EXPECT_THROW(RendezvousFromEnv(env), InvalidArgument);
+}
+
 TEST(RendezvousTest, MpirunVariables) {
   const auto info = RendezvousFromEnv(
       {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"PMIX_NAMESPACE", "prterun-x-1@1"}});

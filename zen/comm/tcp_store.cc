@@ -419,9 +419,10 @@ class TcpStore final : public gloo::rendezvous::Store, public KeyCheck, public A
   uint8_t Call(const std::vector<char>& req, const std::string& key) {
     Connect();
     // No reply is waited for past the store's deadline (a stopped rank 0
-    // must not hold a rank longer than the timeout).
+    // must not hold a rank longer than the timeout), but for 100 ms, so that
+    // the calls that word an error after the deadline can still be answered.
     const Millis left = std::clamp(
-        std::chrono::duration_cast<Millis>(deadline_ - Clock::now()), Millis(1), Millis(10000));
+        std::chrono::duration_cast<Millis>(deadline_ - Clock::now()), Millis(100), Millis(10000));
     timeval tv{};
     tv.tv_sec = left.count() / 1000;
     tv.tv_usec = static_cast<suseconds_t>((left.count() % 1000) * 1000);
