@@ -85,12 +85,13 @@ std::vector<std::pair<std::string, Outcome>> RunTwoJobs(const std::vector<std::s
                                                         const std::string& url,
                                                         const std::string& logs, int timeout_ms,
                                                         std::chrono::milliseconds gap) {
+  const std::string world = std::to_string(order.size() / 2);
   std::vector<Proc> procs;
   std::vector<Clock::time_point> started;
   for (const std::string& who : order) {
     const bool a = who[0] == 'A';
     const std::vector<std::string> args = {
-        "--rank",     who.substr(1), "--world", "2", "--store", url, "--timeout-ms",
+        "--rank",     who.substr(1), "--world", world, "--store", url, "--timeout-ms",
         std::to_string(timeout_ms), "--rows", "4", "--width", "1", "--calls", "1",
         "--scheme", "agsparse", "--value", a ? "1" : "100"};
     started.push_back(Clock::now());
@@ -114,8 +115,8 @@ std::string Name(const ::testing::TestParamInfo<std::vector<std::string>>& info)
 }
 
 // The orders in which the second job's rank 0 claims its generation while
-// the first job's is still forming (and no rank has joined the other job's
-// generation before its own rank 0 claimed one). The order first.
+// the first job's is still forming, or a rank finds its slot in a forming
+// generation taken. The order first.
 TEST_P(TwoJobsTest, ConcurrentJobsOnOneDirectoryFailAtOnceAndNeverMix) {
   const fs::path dir = fs::temp_directory_path() / ("zen-twojobs-" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -141,10 +142,14 @@ TEST_P(TwoJobsTest, ConcurrentJobsOnOneDirectoryFailAtOnceAndNeverMix) {
   fs::remove_all(dir);
 }
 
+// The last order (world 3) is seen through the duplicate slot: B's rank 1
+// joins A's forming generation, and A's rank 1 finds its slot taken.
 INSTANTIATE_TEST_SUITE_P(Orders, TwoJobsTest,
                          ::testing::Values(std::vector<std::string>{"A0", "B0", "A1", "B1"},
                                            std::vector<std::string>{"A0", "B0", "B1", "A1"},
-                                           std::vector<std::string>{"B0", "A0", "A1", "B1"}),
+                                           std::vector<std::string>{"B0", "A0", "A1", "B1"},
+                                           std::vector<std::string>{"A0", "B1", "A1", "A2", "B0",
+                                                                    "B2"}),
                          Name);
 
 // Jobs that do not overlap in time (the first is complete before the second

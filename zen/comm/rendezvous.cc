@@ -661,6 +661,8 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
   };
   RendezvousValue me = mine;
 
+  // How long to wait for a live rank 0 to answer a sign of another job.
+  const Millis grace = std::max(Millis(1), std::min(kConcurrentGrace, timeout / 4));
   RunRendezvous run;
   int64_t g = -1;
   int64_t prev = -1;          // rank 0: the generation before its own
@@ -669,6 +671,15 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
   // share these keys; so does an abort of a still-forming g - 1 (its rank 0
   // saw this claim).
   auto check_concurrent = [&] {
+    const std::string dup = base_of(g) + "/dup";
+    if (StoreHas(store, dup)) {
+      const std::vector<char> who = get_value(dup);
+      const std::string reason = "two processes claim one rank of generation " +
+                                 std::to_string(g) + " (" + std::string(who.begin(), who.end()) +
+                                 ")";
+      abort_run(g, reason);
+      throw concurrent(reason);
+    }
     if (StoreHas(store, gen_key(g + 1))) {
       const std::string reason = "a rank 0 claimed generation " + std::to_string(g + 1) +
                                  " while generation " + std::to_string(g) +
@@ -714,7 +725,6 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
                        " at the same moment");
     }
     const auto claimed_at = Clock::now();
-    const Millis grace = std::max(Millis(1), std::min(kConcurrentGrace, timeout / 4));
     try {
       if (!StoreTrySet(store, addr_key(g, 0), EncodeRendezvousValue(me))) {
         throw TransportError(Where{self}, "rendezvous: key '", addr_key(g, 0),
@@ -746,8 +756,20 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
     int64_t claimed = -1;  // the generation this rank published in
     int64_t skip = -1;     // newest generation whose slot for this rank was taken, or aborted
     int64_t left = -1;     // a still-forming generation this rank left for a newer one
+    int64_t dup = -1;      // a still-forming generation whose slot for this rank was taken
+    Clock::time_point dup_at{};
     for (;;) {
       const int64_t newest = FirstFreeGeneration(store, gen) - 1;
+      if (dup >= 0) {
+        // Its rank 0, if alive, aborts it on seeing the duplicate; if not
+        // within the grace, it is a dead run's leftover (or it completed
+        // first: the order no protocol can see).
+        if (auto why = abort_reason(dup)) {
+          throw concurrent("another process holds this rank's slot in generation " +
+                           std::to_string(dup) + ", which was aborted (" + *why + ")");
+        }
+        if (Since(dup_at) >= grace || StoreHas(store, ready_key(dup))) dup = -1;
+      }
       if (claimed >= 0) {
         if (auto why = abort_reason(claimed)) {
           throw concurrent("generation " + std::to_string(claimed) +
@@ -777,6 +799,19 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
             claimed = newest;
           } else {
             skip = newest;
+            if (!StoreHas(store, ready_key(newest))) {
+              // A still-forming generation with this rank's slot taken: a
+              // leftover of a dead run, or another job's rank in it. Tell
+              // its rank 0 (best effort), which aborts it if alive.
+              try {
+                StoreTrySet(store, base_of(newest) + "/dup",
+                            Bytes("rank " + std::to_string(self) +
+                                  " found its slot taken by another process"));
+              } catch (...) {
+              }
+              dup = newest;
+              dup_at = Clock::now();
+            }
           }
         }
       }

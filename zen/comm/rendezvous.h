@@ -41,6 +41,10 @@
 //    aborted) waits kConcurrentGrace before confirming g; if "<g-1>/abort"
 //    appears meanwhile (its rank 0 is alive and saw us), it writes
 //    "<g>/abort" and fails too; if not, g-1 is the leftover of a dead run;
+//  - a rank k > 0 that finds its slot in a still-forming generation taken
+//    writes "<g>/dup"; that generation's rank 0, while forming, aborts it,
+//    and the rank fails when the abort appears within kConcurrentGrace
+//    (else the generation is a dead run's leftover);
 //  - a rank waiting in a generation that is aborted (or that it left for a
 //    newer one, and that is then aborted) fails with the abort's reason;
 //  - every rank's value carries rank 0's per-generation nonce (from
@@ -49,11 +53,12 @@
 //    MismatchError too.
 // The one order no protocol can see without a job id: a rank k > 0 of job B
 // that starts after job A's rank 0 has claimed its generation, before A's
-// own rank k has joined it, and before B's rank 0 has claimed one. It takes
-// A's free slot k, and two processes given the same (store, rank, world) are
-// indistinguishable. A's generation then completes with B's rank k, and A's
-// rank k later pairs with B's rank 0: both pairs sum across the jobs. Only a
-// job id (or a directory per job) rules this out.
+// own rank k has joined it, and before B's rank 0 has claimed one, and A's
+// generation then completes before A's rank k arrives (with two ranks: at
+// once). B's rank k took A's free slot k, and two processes given the same
+// (store, rank, world) are indistinguishable. A's rank k later pairs with
+// B's rank 0: both pairs sum across the jobs. Only a job id (or a directory
+// per job) rules this out.
 //
 // Rendezvous values (EncodeRendezvousValue / DecodeRendezvousValue) carry a
 // magic, the sender's world size and rank, and its per-peer transport
