@@ -558,6 +558,34 @@ TEST(GlooCommunicatorTest, RerunWithTheSameDirectoryNeverMeetsLeftovers) {
   EXPECT_TRUE(store.Has("zen/3/ready"));
 }
 
+// Issue 41 W1: a run that died half-way (ranks 0 and 1 of 3 published,
+// then gave up) leaves a generation that looks like a forming one. The rerun's
+// rank 1, started before its rank 0, finds its slot there taken, marks the
+// duplicate, sees nobody answer within the grace, and joins the new run; the
+// new rank 0 waits the grace once for the old generation. All connect.
+TEST(GlooCommunicatorTest, RerunAfterARunThatDiedHalfWayConnects) {
+  TempDir dir;
+  GlooOptions opt;
+  opt.rendezvous = "file:" + dir.path();
+  opt.timeout = Millis(300);
+  const auto partial = ConnectAndGather(
+      3, [&](int r) { return ConnectGloo(r, 3, opt); }, /*ranks_started=*/2);
+  EXPECT_NE(partial[0], "");
+  EXPECT_NE(partial[1], "");
+  opt.timeout = Millis(10000);
+  const auto start = Clock::now();
+  const auto errors = ConnectAndGather(3, [&](int r) {
+    if (r == 0) std::this_thread::sleep_for(Millis(300));  // the others start first
+    return ConnectGloo(r, 3, opt);
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_LT(std::chrono::duration_cast<Millis>(Clock::now() - start).count(), 5000);
+  FileStore store(dir.path());
+  EXPECT_TRUE(store.Has("zen/0/dup"));  // rank 1 saw its old slot taken
+  EXPECT_FALSE(store.Has("zen/0/abort"));
+  EXPECT_TRUE(store.Has("zen/1/ready"));
+}
+
 // Issue 13.7: two torchrun generations (restart count 0 then 1) on one
 // store: the second connects through its own keys, and a job id in the URL
 // and in the options must agree.
