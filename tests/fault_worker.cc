@@ -7,7 +7,13 @@
 //   zen_fault_worker --rank R --world N --store DIR|URL --scheme zen
 //                    [--rows 100000 --width 32 --calls 3 --timeout-ms 3000]
 //                    [--kill-at push|pull] [--prefix P] [--hostname ADDR] [--job ID]
-// Exit: 0 all calls done; 3 TransportError; 4 another zen error; 2 usage.
+//                    [--value V]
+// --value V: every rank holds every row with value V instead of the synthetic
+// tensor, and every sum must be world x V in every entry (a rank paired with
+// the ranks of another job, whose V differs, sees another sum).
+// Exit: 0 all calls done; 3 TransportError; 4 another zen error; 5 a wrong
+// sum; 2 usage. The last line on stderr is "<kind> after <ms> ms: <message>";
+// with --value a finished run prints "sum <value>" before it.
 // The last line on stderr is "<kind> after <ms> ms: <message>".
 #include <signal.h>
 #include <unistd.h>
@@ -18,6 +24,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "zen/comm/gloo_communicator.h"
 #include "zen/core/error.h"
@@ -125,7 +132,18 @@ int main(int argc, char** argv) {
     spec.width = Int(flags, "width", 32);
     spec.density = 0.5;
     spec.skew = 0;
-    zen::SparseTensor local = zen::GenerateSyntheticRank(spec, rank);
+    const bool fixed = flags.count("value") != 0;
+    const float value = fixed ? std::stof(flags.at("value")) : 0.0f;
+    zen::SparseTensor local;
+    if (fixed) {
+      std::vector<int64_t> ids(static_cast<size_t>(spec.rows));
+      for (int64_t i = 0; i < spec.rows; ++i) ids[static_cast<size_t>(i)] = i;
+      local = zen::SparseTensor::FromCoo(
+          spec.rows, spec.width, std::move(ids),
+          std::vector<float>(static_cast<size_t>(spec.rows * spec.width), value));
+    } else {
+      local = zen::GenerateSyntheticRank(spec, rank);
+    }
     local.set_name("fault");
     auto scheme = zen::BuiltinSchemes().Create(flags.count("scheme") ? flags.at("scheme") : "zen");
     std::fprintf(
@@ -136,6 +154,16 @@ int main(int argc, char** argv) {
     for (int64_t c = 0; c < calls; ++c) {
       const zen::SparseTensor sum = scheme->Sync(*comm, local);
       if (sum.rows() != spec.rows) return Report("WrongResult", start, "rows changed", 5);
+      if (fixed) {
+        const float want = value * static_cast<float>(world);
+        for (const float v : sum.values()) {
+          if (v != want) {
+            std::fprintf(stderr, "sum %g\n", static_cast<double>(v));
+            return Report("WrongResult", start, "a sum mixes values of another job", 5);
+          }
+        }
+        std::fprintf(stderr, "sum %g\n", static_cast<double>(want));
+      }
     }
     return Report("Done", start, "all calls completed", 0);
   } catch (const zen::TransportError& e) {

@@ -31,7 +31,9 @@ std::unique_ptr<Communicator> ConnectStore(py::object store, int rank, int size,
                                            const std::string& prefix, const std::string& hostname,
                                            double timeout_s) {
   const GlooOptions options = Options(rank, prefix, hostname, timeout_s);
-  auto adapter = std::make_shared<PyStore>(std::move(store), rank);
+  // Every store call ends with the connect (torch's may otherwise block).
+  auto adapter = std::make_shared<PyStore>(std::move(store), rank,
+                                           std::chrono::steady_clock::now() + options.timeout);
   py::gil_scoped_release release;  // the store callbacks take it back
   return ConnectGloo(rank, size, std::move(adapter), options);
 }
@@ -44,12 +46,15 @@ std::unique_ptr<Communicator> ConnectUrl(const std::string& url, int rank, int s
   const RendezvousUrl parsed = ParseRendezvousUrl(url);
   std::string target = url;
   std::string launch_job;
+  std::map<std::string, std::string> env;
+  for (auto item : py::module_::import("os").attr("environ").attr("items")()) {
+    auto kv = item.cast<py::tuple>();
+    env[kv[0].cast<std::string>()] = kv[1].cast<std::string>();
+  }
+  // zen's TCP store takes the job's secret from ZEN_STORE_SECRET (or, under
+  // a launcher, from its variables: RendezvousFromEnv).
+  std::string secret = env.count("ZEN_STORE_SECRET") ? env["ZEN_STORE_SECRET"] : "";
   if (parsed.kind == RendezvousUrl::Kind::kEnv || parsed.kind == RendezvousUrl::Kind::kMpi) {
-    std::map<std::string, std::string> env;
-    for (auto item : py::module_::import("os").attr("environ").attr("items")()) {
-      auto kv = item.cast<py::tuple>();
-      env[kv[0].cast<std::string>()] = kv[1].cast<std::string>();
-    }
     const auto launch = RendezvousFromEnv(env);
     if (!launch) {
       throw InvalidArgument(Where{rank}, "connect_url('", url,
@@ -65,6 +70,7 @@ std::unique_ptr<Communicator> ConnectUrl(const std::string& url, int rank, int s
     size = launch->size;
     target = launch->rendezvous;
     launch_job = launch->job;
+    secret = launch->secret;
     if (ParseRendezvousUrl(target).kind == RendezvousUrl::Kind::kMpi) {
       throw InvalidArgument(Where{rank}, "connect_url: under mpirun the Gloo transport needs a "
                                          "store: set ZEN_RENDEZVOUS=file:DIR or redis://HOST:PORT");
@@ -75,6 +81,7 @@ std::unique_ptr<Communicator> ConnectUrl(const std::string& url, int rank, int s
   GlooOptions options = Options(rank, prefix, hostname, timeout_s);
   options.rendezvous = target;
   options.job = job.empty() ? launch_job : job;
+  options.secret = secret;
   py::gil_scoped_release release;
   return ConnectGloo(rank, size, options);
 }

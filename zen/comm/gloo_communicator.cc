@@ -1,6 +1,8 @@
 #include "zen/comm/gloo_communicator.h"
 
+#include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -640,6 +643,100 @@ class ConnectWatchdog {
   std::thread thread_;
 };
 
+// Keeps Gloo's event loop ticking while a context's pairs are destroyed.
+// Gloo's unregisterDescriptor waits for the loop's next tick, which an idle
+// loop makes every 10 ms: tearing down the 999 listening pairs of rank 0 in
+// a world of 1000 took 10 s after a 1 s rendezvous timeout. An eventfd
+// written from a helper thread wakes the loop continuously meanwhile.
+class LoopTicker final : public gloo::transport::tcp::Handler {
+ public:
+  explicit LoopTicker(std::shared_ptr<gloo::transport::tcp::Device> device)
+      : device_(std::move(device)) {
+    if (!device_) return;
+    fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd_ < 0) return;  // teardown is then slow, not wrong
+    try {
+      device_->registerDescriptor(fd_, EPOLLIN, this);
+    } catch (...) {
+      close(fd_);
+      fd_ = -1;
+      return;
+    }
+    thread_ = std::thread([this] {
+      const uint64_t one = 1;
+      while (!stop_.load(std::memory_order_relaxed)) {
+        while (write(fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+        }
+        std::this_thread::yield();  // for the teardown only: a busy thread of short life
+      }
+    });
+  }
+  ~LoopTicker() override {
+    if (fd_ < 0) return;
+    stop_ = true;
+    thread_.join();
+    try {
+      device_->unregisterDescriptor(fd_, this);
+    } catch (...) {
+    }
+    std::lock_guard running(run_mu_);  // a handleEvents still running (see LoopPoster)
+    close(fd_);
+  }
+  LoopTicker(const LoopTicker&) = delete;
+  LoopTicker& operator=(const LoopTicker&) = delete;
+
+  void handleEvents(int /*events*/) override {
+    std::lock_guard running(run_mu_);
+    uint64_t count = 0;
+    while (read(fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  std::shared_ptr<gloo::transport::tcp::Device> device_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex run_mu_;
+};
+
+// Destroys a transport context (and its pairs) with the loop kept ticking.
+void TearDown(std::shared_ptr<gloo::transport::Device>& device,
+              std::shared_ptr<gloo::transport::Context>& tc) {
+  if (!tc) return;
+  LoopTicker ticker(std::dynamic_pointer_cast<gloo::transport::tcp::Device>(device));
+  tc.reset();
+}
+
+// The descriptors this process has open now (0 when /proc is not there).
+int64_t OpenDescriptors() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  int64_t n = 0;
+  while (::readdir(d) != nullptr) ++n;
+  ::closedir(d);
+  return std::max<int64_t>(0, n - 3);  // ".", ".." and the directory's own
+}
+
+// Gloo's TCP transport holds one socket per peer (a listening one until the
+// pair connects): a world the descriptor limit cannot hold would fail with
+// "Too many open files" only after creating that many sockets (217 s at
+// 2^24 ranks), so it is refused up front.
+void CheckDescriptorLimit(int rank, int size) {
+  rlimit rl{};
+  if (size <= 1 || ::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+  constexpr int64_t kSpare = 16;  // the device, its epoll and event fds, the store
+  const int64_t limit = static_cast<int64_t>(std::min<rlim_t>(rl.rlim_cur, INT64_MAX / 2));
+  const int64_t open_now = OpenDescriptors();
+  const int64_t need = int64_t{size} - 1 + kSpare;
+  if (open_now + need > limit) {
+    throw InvalidArgument(Where{rank}, "ConnectGloo: world size ", size, " needs ", size - 1,
+                          " sockets (one per peer) and about ", kSpare,
+                          " more descriptors, but RLIMIT_NOFILE is ", limit, " and ", open_now,
+                          " are open; raise the limit (ulimit -n) or use a smaller world");
+  }
+}
+
 void CheckConnectArgs(int rank, int size, const GlooOptions& options) {
   if (size < 1) throw InvalidArgument(Where{rank}, "ConnectGloo: world size ", size, " < 1");
   if (rank < 0 || rank >= size) {
@@ -687,13 +784,23 @@ std::string JobOf(int rank, const GlooOptions& options, const std::string& url_j
   return options.job.empty() ? url_job : options.job;
 }
 
+// The part of ConnectThrough after the device exists: pairs, rendezvous,
+// connections and the check of the new mesh.
+std::unique_ptr<Communicator> ConnectPairs(int rank, int size, gloo::rendezvous::Store& store,
+                                           const GlooOptions& options, const std::string& job,
+                                           Clock::time_point start, const std::string& rendezvous,
+                                           std::shared_ptr<gloo::transport::Device>& device,
+                                           std::shared_ptr<gloo::transport::Context>& tc,
+                                           std::shared_ptr<MeshContext>& ctx);
+
+// `rendezvous` names the store in messages ("" for a store passed in).
 std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
                                              std::shared_ptr<gloo::rendezvous::Store> store,
                                              const GlooOptions& options, const std::string& job,
-                                             Clock::time_point start) {
-  const Millis timeout = options.timeout;
-  const Clock::time_point deadline = start + timeout;
+                                             Clock::time_point start,
+                                             const std::string& rendezvous) {
   IgnoreSigpipeIfDefault();
+  CheckDescriptorLimit(rank, size);
   CheckResolvable(rank, options.hostname);
   std::shared_ptr<gloo::transport::Device> device;
   try {
@@ -705,14 +812,37 @@ std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
                          options.hostname, "': ", Describe(std::current_exception()));
   }
   auto ctx = std::make_shared<MeshContext>(rank, size);
-  ctx->setTimeout(timeout);
+  ctx->setTimeout(options.timeout);
   std::shared_ptr<gloo::transport::Context> tc;
+  // Every failure from here on tears the pairs down with the loop ticking,
+  // so the error comes within the timeout at any world size.
+  try {
+    return ConnectPairs(rank, size, *store, options, job, start, rendezvous, device, tc, ctx);
+  } catch (...) {
+    TearDown(device, tc);
+    throw;
+  }
+}
+
+std::unique_ptr<Communicator> ConnectPairs(int rank, int size, gloo::rendezvous::Store& store,
+                                           const GlooOptions& options, const std::string& job,
+                                           Clock::time_point start, const std::string& rendezvous,
+                                           std::shared_ptr<gloo::transport::Device>& device,
+                                           std::shared_ptr<gloo::transport::Context>& tc,
+                                           std::shared_ptr<MeshContext>& ctx) {
+  const Millis timeout = options.timeout;
+  const Clock::time_point deadline = start + timeout;
   RendezvousValue mine{size, rank, 0, {}};
   try {
     tc = device->createContext(rank, size);
     tc->setTimeout(timeout);
     for (int i = 0; i < size; ++i) {
       if (i == rank) continue;
+      if (Clock::now() >= deadline) {
+        throw TransportError(Where{rank}, "ConnectGloo: creating the listening sockets for ", size - 1,
+                             " peers took longer than the timeout of ", timeout.count(),
+                             " ms (", i, " done)");
+      }
       const std::vector<char> raw = tc->createPair(i)->address().bytes();
       const std::vector<char> clean = SanitizeTcpAddress(raw);
       mine.address_bytes = static_cast<uint32_t>(clean.size());
@@ -724,8 +854,9 @@ std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
     throw TransportError(Where{rank}, "cannot listen on '", options.hostname,
                          "': ", Describe(std::current_exception()));
   }
+  RunRendezvous run;
   if (size > 1) {
-    const RunRendezvous run = JoinRun(*store, options.prefix, job, mine, deadline, timeout);
+    run = JoinRun(store, options.prefix, job, mine, deadline, timeout, rendezvous);
     for (int i = 0; i < size; ++i) {
       if (run.peers[static_cast<size_t>(i)].address_bytes != mine.address_bytes) {
         throw FormatError(Where{rank}, "rendezvous: rank ", i, " published addresses of ",
@@ -783,6 +914,22 @@ std::unique_ptr<Communicator> ConnectThrough(int rank, int size,
   comm->set_request_timeout(
       std::max(Millis(1), std::chrono::duration_cast<Millis>(deadline - Clock::now())));
   try {
+    // Every peer must be of this run: its nonce (rank 0's, per generation)
+    // comes over the connection itself, so a pair connected to a listener
+    // of another job or run is caught here, on every rank that sees it.
+    if (size > 1) {
+      const std::vector<int64_t> nonces = AllGatherInt(*comm, static_cast<int64_t>(run.nonce));
+      for (int i = 0; i < size; ++i) {
+        const auto theirs = static_cast<uint64_t>(nonces[static_cast<size_t>(i)]);
+        if (theirs != run.nonce) {
+          throw MismatchError(
+              Where{rank}, "rendezvous: rank ", i, " answered over the new mesh with nonce ",
+              theirs, ", this run's (generation ", run.generation, " of '", run.base, "') is ",
+              run.nonce, ": the connection reached a process of another job or run. Give each "
+              "job its own directory or ?job=ID");
+        }
+      }
+    }
     Barrier(*comm);
   } catch (const TransportError& e) {
     throw TransportError(std::string("while checking the new mesh: ") + e.what());
@@ -802,11 +949,13 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size, const GlooOptions&
   switch (url.kind) {
     case RendezvousUrl::Kind::kFile:
     case RendezvousUrl::Kind::kRedis:
-      return ConnectThrough(rank, size, OpenStore(url.base, options.timeout), options, job, start);
+      return ConnectThrough(rank, size, OpenStore(url.base, options.timeout), options, job, start,
+                            url.base);
     case RendezvousUrl::Kind::kTcp:
       return ConnectThrough(rank, size,
-                            OpenTcpStore(url.host, url.port, rank == 0, options.timeout, rank),
-                            options, job, start);
+                            OpenTcpStore(url.host, url.port, rank == 0, options.timeout, rank,
+                                         options.secret),
+                            options, job, start, url.base);
     default:
       throw InvalidArgument(Where{rank}, "ConnectGloo: rendezvous '", options.rendezvous,
                             "' must be resolved first: call RendezvousFromEnv with the "
@@ -820,7 +969,7 @@ std::unique_ptr<Communicator> ConnectGloo(int rank, int size,
   CheckConnectArgs(rank, size, options);
   if (!store) throw InvalidArgument(Where{rank}, "ConnectGloo: the store is null");
   return ConnectThrough(rank, size, std::move(store), options, JobOf(rank, options, ""),
-                        Clock::now());
+                        Clock::now(), "");
 }
 
 }  // namespace zen

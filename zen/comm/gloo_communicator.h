@@ -61,6 +61,12 @@ struct GlooOptions {
   // rendezvous.h), so leftovers of an earlier run are never read. Empty:
   // the URL's "?job=" if any.
   std::string job;
+  // The job's secret for zen's TCP store (tcp:// only; at most 256 bytes):
+  // every rank of the job must have the same, and a connection to the store
+  // without it is refused. Under a launcher, LaunchInfo::secret (from
+  // ZEN_STORE_SECRET, else derived from the launcher's variables). Empty:
+  // none, and anyone who can reach the port can join.
+  std::string secret;
   // Per-request timeout, and the bound on the whole connect (rendezvous,
   // TCP connections and the closing barrier together). At most kMaxTimeout.
   std::chrono::milliseconds timeout{30000};

@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -184,6 +186,52 @@ TEST(GlooCommunicatorTest, RendezvousTimeoutNamesTheMissingRank) {
     EXPECT_NE(e.find("300 ms"), std::string::npos) << e;
     EXPECT_NE(e.find("rank " + std::to_string(r)), std::string::npos) << e;
   }
+}
+
+// Issue 41 H4: rank 0 of a world of 1000 whose peers never come took 11 s
+// at a 1 s timeout while saying it had waited under 1 s (closing its 999
+// listening pairs waited for one Gloo event-loop tick each). One deadline
+// now covers the whole connect, the teardown after a failure included.
+TEST(GlooCommunicatorTest, LargeWorldConnectEndsWithinTheTimeout) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  GlooOptions opt;
+  opt.timeout = Millis(1000);
+  const auto start = Clock::now();
+  try {
+    ConnectGloo(0, 1000, store, opt);
+    ADD_FAILURE() << "connected without peers";
+  } catch (const TransportError& e) {
+    const auto took = std::chrono::duration_cast<Millis>(Clock::now() - start);
+    EXPECT_LE(took.count(), 1000 + 1000) << e.what();
+    std::printf("world 1000, no peers: TransportError after %lld ms\n",
+                static_cast<long long>(took.count()));
+  }
+}
+
+// Issue 41 H4: a world of 2^24 ran into "Too many open files" after 217 s.
+// A world that needs more descriptors (one listening socket per peer) than
+// the process may open is refused up front, naming the limit.
+TEST(GlooCommunicatorTest, WorldBeyondTheDescriptorLimitIsRefusedAtOnce) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  GlooOptions opt;
+  opt.timeout = Millis(30000);
+  const auto start = Clock::now();
+  std::string what;
+  try {
+    ConnectGloo(0, 300, store, opt);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  const auto took = std::chrono::duration_cast<Millis>(Clock::now() - start);
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_NE(what.find("RLIMIT_NOFILE"), std::string::npos) << what;
+  EXPECT_NE(what.find("world size 300"), std::string::npos) << what;
+  EXPECT_LE(took.count(), 500) << what;
 }
 
 TEST(GlooCommunicatorTest, RejectsBadArguments) {
@@ -508,6 +556,34 @@ TEST(GlooCommunicatorTest, RerunWithTheSameDirectoryNeverMeetsLeftovers) {
   FileStore store(dir.path());
   EXPECT_TRUE(store.Has("zen/gen/3"));  // runs 0, 1, the partial run 2, then 3
   EXPECT_TRUE(store.Has("zen/3/ready"));
+}
+
+// Issue 41 W1: a run that died half-way (ranks 0 and 1 of 3 published,
+// then gave up) leaves a generation that looks like a forming one. The rerun's
+// rank 1, started before its rank 0, finds its slot there taken, marks the
+// duplicate, sees nobody answer within the grace, and joins the new run; the
+// new rank 0 waits the grace once for the old generation. All connect.
+TEST(GlooCommunicatorTest, RerunAfterARunThatDiedHalfWayConnects) {
+  TempDir dir;
+  GlooOptions opt;
+  opt.rendezvous = "file:" + dir.path();
+  opt.timeout = Millis(300);
+  const auto partial = ConnectAndGather(
+      3, [&](int r) { return ConnectGloo(r, 3, opt); }, /*ranks_started=*/2);
+  EXPECT_NE(partial[0], "");
+  EXPECT_NE(partial[1], "");
+  opt.timeout = Millis(10000);
+  const auto start = Clock::now();
+  const auto errors = ConnectAndGather(3, [&](int r) {
+    if (r == 0) std::this_thread::sleep_for(Millis(300));  // the others start first
+    return ConnectGloo(r, 3, opt);
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_LT(std::chrono::duration_cast<Millis>(Clock::now() - start).count(), 5000);
+  FileStore store(dir.path());
+  EXPECT_TRUE(store.Has("zen/0/dup"));  // rank 1 saw its old slot taken
+  EXPECT_FALSE(store.Has("zen/0/abort"));
+  EXPECT_TRUE(store.Has("zen/1/ready"));
 }
 
 // Issue 13.7: two torchrun generations (restart count 0 then 1) on one

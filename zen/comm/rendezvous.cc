@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -188,15 +189,81 @@ std::string EscapeKey(const std::string& key) {
 
 constexpr uint64_t kMaxFileValue = uint64_t{64} << 20;
 
+// InvalidArgument for a directory another user could put files into: one
+// that others can write and that is not sticky, or one owned by another user
+// and not sticky. In a sticky directory (e.g. /tmp itself, 1777) others cannot
+// replace this user's files, and get() refuses files that are not this
+// user's.
+void CheckDirectory(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    throw TransportError(Where{}, "rendezvous: cannot stat directory '", dir,
+                         "': ", std::strerror(errno));
+  }
+  const bool sticky = (st.st_mode & S_ISVTX) != 0;
+  const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  const bool foreign = st.st_uid != ::geteuid();
+  if (!sticky && (others_write || foreign)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw InvalidArgument(
+        Where{}, "rendezvous directory '", dir, "' (mode ", mode, ", owner uid ", st.st_uid, ") ",
+        foreign ? "belongs to another user" : "can be written by other users",
+        " and is not sticky, so others could replace its key files; name a directory of this "
+        "user's with mode 0700 (zen creates one when the path does not exist) or a sticky one");
+  }
+}
+
 }  // namespace
 
-FileStore::FileStore(std::string dir) : dir_(std::move(dir)) { MakeDirs(dir_); }
+FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
+  MakeDirs(dir_);
+  CheckDirectory(dir_);
+}
+
+namespace {
+
+// Reads the whole regular file open at fd (at most kMaxFileValue bytes).
+std::vector<char> ReadKeyFile(int fd, const std::string& key, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw TransportError(Where{}, "rendezvous: cannot stat '", path, "': ", std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    throw FormatError(Where{}, "rendezvous: '", path, "' (key '", key, "') is ",
+                      S_ISREG(st.st_mode) ? "a file of another user (uid " +
+                                                std::to_string(st.st_uid) + ")"
+                                          : std::string("not a regular file"),
+                      "; zen writes only regular files of its own user there, so another "
+                      "program or user is writing into the rendezvous directory");
+  }
+  const auto n = static_cast<uint64_t>(std::max<off_t>(0, st.st_size));
+  if (n > kMaxFileValue) {
+    throw FormatError(Where{}, "rendezvous: key '", key, "' holds ", n, " bytes, more than ",
+                      kMaxFileValue);
+  }
+  std::vector<char> out(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::read(fd, out.data() + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      throw TransportError(Where{}, "rendezvous: cannot read '", path, "': ", std::strerror(errno));
+    }
+    if (r == 0) break;  // keys are written once, before they are linked in
+    done += static_cast<size_t>(r);
+  }
+  out.resize(done);
+  return out;
+}
+
+}  // namespace
 
 std::string FileStore::PathOf(const std::string& key) const { return dir_ + "/" + EscapeKey(key); }
 
 bool FileStore::Has(const std::string& key) {
   struct stat st {};
-  return ::stat(PathOf(key).c_str(), &st) == 0;
+  return ::lstat(PathOf(key).c_str(), &st) == 0;  // whatever is there; get() checks it
 }
 
 void FileStore::set(const std::string& key, const std::vector<char>& data) {
@@ -234,18 +301,26 @@ void FileStore::set(const std::string& key, const std::vector<char>& data) {
 std::vector<char> FileStore::get(const std::string& key) {
   wait({key}, kDefaultTimeout);
   const std::string path = PathOf(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TransportError(Where{}, "rendezvous: cannot open '", path, "'");
-  in.seekg(0, std::ios::end);
-  const auto n = static_cast<uint64_t>(std::max<std::streamoff>(0, in.tellg()));
-  if (n > kMaxFileValue) {
-    throw FormatError(Where{}, "rendezvous: key '", key, "' holds ", n, " bytes, more than ",
-                      kMaxFileValue);
+  // Non-blocking and not following links: a FIFO or a link planted where a
+  // key's file belongs must not block or redirect the read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) {
+      throw FormatError(Where{}, "rendezvous: '", path, "' (key '", key,
+                        "') is a symbolic link; zen writes only regular files there, so another "
+                        "program or user is writing into the rendezvous directory");
+    }
+    throw TransportError(Where{}, "rendezvous: cannot open '", path, "': ", std::strerror(err));
   }
-  std::vector<char> out(n);
-  in.seekg(0);
-  in.read(out.data(), static_cast<std::streamsize>(n));
-  return out;
+  try {
+    std::vector<char> out = ReadKeyFile(fd, key, path);
+    ::close(fd);
+    return out;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
 }
 
 void FileStore::wait(const std::vector<std::string>& keys) { wait(keys, kDefaultTimeout); }
@@ -278,6 +353,7 @@ bool StoreHas(gloo::rendezvous::Store& store, const std::string& key) {
 
 bool StoreTrySet(gloo::rendezvous::Store& store, const std::string& key,
                  const std::vector<char>& value) {
+  if (auto* s = dynamic_cast<AtomicSet*>(&store)) return s->TrySet(key, value);
   if (StoreHas(store, key)) return false;
   try {
     store.set(key, value);
@@ -356,6 +432,7 @@ std::shared_ptr<gloo::rendezvous::Store> OpenStore(const std::string& url, Milli
 namespace {
 constexpr char kMagic[4] = {'Z', 'R', 'V', '1'};
 constexpr size_t kHeader = 16;  // magic, world, rank, address_bytes
+constexpr size_t kNonceBytes = sizeof(uint64_t);  // after the addresses
 constexpr uint32_t kMaxAddressBytes = 4096;
 
 uint32_t ReadU32(std::span<const char> b, size_t at) {
@@ -381,6 +458,8 @@ std::vector<char> EncodeRendezvousValue(const RendezvousValue& v) {
   PutU32(out, static_cast<uint32_t>(v.rank));
   PutU32(out, v.address_bytes);
   out.insert(out.end(), v.addresses.begin(), v.addresses.end());
+  const char* n = reinterpret_cast<const char*>(&v.nonce);
+  out.insert(out.end(), n, n + sizeof(v.nonce));
   return out;
 }
 
@@ -405,17 +484,19 @@ RendezvousValue DecodeRendezvousValue(std::span<const char> b, int expected_worl
     throw FormatError(Where{self}, "rendezvous: key '", key, "' announces addresses of ", ab,
                       " bytes (at most ", kMaxAddressBytes, ")");
   }
-  const uint64_t want = kHeader + static_cast<uint64_t>(world - 1) * ab;  // world >= 1 here
+  const uint64_t block = static_cast<uint64_t>(world - 1) * ab;  // world >= 1 here
+  const uint64_t want = kHeader + block + kNonceBytes;
   if (b.size() != want) {
     throw FormatError(Where{self}, "rendezvous: key '", key, "' holds ", b.size(),
                       " bytes, a value of world size ", world, " with addresses of ", ab,
-                      " bytes has ", want);
+                      " bytes has ", want, " (an earlier zen version?)");
   }
   RendezvousValue v;
   v.world = static_cast<int>(world);
   v.rank = static_cast<int>(rank);
   v.address_bytes = ab;
-  v.addresses.assign(b.begin() + kHeader, b.end());
+  v.addresses.assign(b.begin() + kHeader, b.begin() + static_cast<std::ptrdiff_t>(kHeader + block));
+  std::memcpy(&v.nonce, b.data() + kHeader + block, kNonceBytes);
   return v;
 }
 
@@ -479,12 +560,27 @@ int64_t FirstFreeGeneration(gloo::rendezvous::Store& store, const std::string& g
   return hi;
 }
 
-std::string Nonce() {
+uint64_t DrawNonce() {
   std::random_device rd;
-  const uint64_t a = (uint64_t{rd()} << 32) ^ rd();
+  uint64_t n = 0;
+  while (n == 0) n = (uint64_t{rd()} << 32) ^ rd();
+  return n;
+}
+
+std::string NonceText(uint64_t n) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(a));
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(n));
   return buf;
+}
+
+// The nonce stored in "gen/<g>": 16 hex digits.
+uint64_t ParseNonce(const std::vector<char>& bytes, int self, const std::string& key) {
+  const std::string text(bytes.begin(), bytes.end());
+  if (text.size() != 16 || text.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw FormatError(Where{self}, "rendezvous: key '", key, "' holds ", bytes.size(),
+                      " bytes that are not a generation nonce (16 hex digits)");
+  }
+  return std::stoull(text, nullptr, 16);
 }
 
 Millis Poll(Clock::time_point start) {
@@ -509,30 +605,112 @@ Millis Poll(Clock::time_point start) {
 
 RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
                       const std::string& job, const RendezvousValue& mine,
-                      Clock::time_point deadline, Millis timeout) {
-  const auto start = Clock::now();
+                      Clock::time_point deadline, Millis timeout, const std::string& rendezvous) {
+  // "waited" in messages counts from the start of the connect (the deadline
+  // is its start plus the timeout), not of this call.
+  const auto start = std::min(Clock::now(), deadline - timeout);
   const int self = mine.rank, world = mine.world;
   const std::string root = prefix + (job.empty() ? "" : "/" + job);
   const std::string gen = root + "/gen/";
+  auto gen_key = [&](int64_t g) { return gen + std::to_string(g); };
   auto base_of = [&](int64_t g) { return root + "/" + std::to_string(g); };
   auto addr_key = [&](int64_t g, int r) { return base_of(g) + "/addr/" + std::to_string(r); };
-  const std::vector<char> my_value = EncodeRendezvousValue(mine);
+  auto ready_key = [&](int64_t g) { return base_of(g) + "/ready"; };
+  auto abort_key = [&](int64_t g) { return base_of(g) + "/abort"; };
   auto store_error = [&](const char* what, const std::string& key) {
     return TransportError(Where{self}, "rendezvous: ", what, " key '", key,
                           "' failed: ", Describe(std::current_exception()));
   };
+  const std::string where =
+      (rendezvous.empty() ? std::string("through the store passed to connect")
+                          : "'" + rendezvous + "'") +
+      " (keys '" + root + "/...')";
+  auto concurrent = [&](const std::string& what) {
+    return MismatchError(Where{self}, "rendezvous ", where,
+                         " is used by another job at the same time: ", what,
+                         ". Give each job its own directory or ?job=ID (GlooOptions::job, "
+                         "connect_url(..., job=ID), or its own prefix with connect(store, ...); "
+                         "torchrun, mpirun and zen bench give each job its own)");
+  };
+  // The reason in "<g>/abort", if that key exists.
+  auto abort_reason = [&](int64_t g) -> std::optional<std::string> {
+    const std::string key = abort_key(g);
+    if (!StoreHas(store, key)) return std::nullopt;
+    std::vector<char> bytes;
+    try {
+      bytes = store.get(key);
+    } catch (...) {
+      throw store_error("reading", key);
+    }
+    return std::string(bytes.begin(), bytes.end());
+  };
+  // Best effort: the abort is a courtesy to the other ranks; this rank fails
+  // either way.
+  auto abort_run = [&](int64_t g, const std::string& reason) {
+    try {
+      StoreTrySet(store, abort_key(g), Bytes(reason));
+    } catch (...) {
+    }
+  };
+  auto get_value = [&](const std::string& key) {
+    try {
+      return store.get(key);
+    } catch (...) {
+      throw store_error("reading", key);
+    }
+  };
+  RendezvousValue me = mine;
 
+  // How long to wait for a live rank 0 to answer a sign of another job.
+  const Millis grace = std::max(Millis(1), std::min(kConcurrentGrace, timeout / 4));
   RunRendezvous run;
   int64_t g = -1;
+  int64_t prev = -1;          // rank 0: the generation before its own
+  bool prev_forming = false;  // rank 0: prev was neither ready nor aborted at the claim
+  // Until "<g>/ready" is out: another job's claim of g + 1 means two jobs
+  // share these keys; so does an abort of a still-forming g - 1 (its rank 0
+  // saw this claim).
+  auto check_concurrent = [&] {
+    const std::string dup = base_of(g) + "/dup";
+    if (StoreHas(store, dup)) {
+      const std::vector<char> who = get_value(dup);
+      const std::string reason = "two processes claim one rank of generation " +
+                                 std::to_string(g) + " (" + std::string(who.begin(), who.end()) +
+                                 ")";
+      abort_run(g, reason);
+      throw concurrent(reason);
+    }
+    if (StoreHas(store, gen_key(g + 1))) {
+      const std::string reason = "a rank 0 claimed generation " + std::to_string(g + 1) +
+                                 " while generation " + std::to_string(g) +
+                                 " (this rank 0's) was still forming";
+      abort_run(g, reason);
+      throw concurrent(reason);
+    }
+    if (!prev_forming) return;
+    if (auto why = abort_reason(prev)) {
+      const std::string reason = "generation " + std::to_string(prev) +
+                                 ", still forming when this rank 0 claimed generation " +
+                                 std::to_string(g) + ", was aborted (" + *why + ")";
+      abort_run(g, reason);
+      throw concurrent(reason);
+    }
+  };
   if (self == 0) {
-    const std::string nonce = Nonce();
+    me.nonce = DrawNonce();
+    const std::vector<char> nonce_text = Bytes(NonceText(me.nonce));
     g = FirstFreeGeneration(store, gen);
     for (int tries = 0;; ++tries, ++g) {
+      // The state of g - 1 is read before the claim: an abort of it seen
+      // after the claim is then its rank 0's answer to this one.
+      prev = g - 1;
+      prev_forming =
+          prev >= 0 && !StoreHas(store, ready_key(prev)) && !StoreHas(store, abort_key(prev));
       bool claimed = false;
       try {
-        claimed = StoreTrySet(store, gen + std::to_string(g), Bytes(nonce));
+        claimed = StoreTrySet(store, gen_key(g), nonce_text);
       } catch (...) {
-        throw store_error("claiming", gen + std::to_string(g));
+        throw store_error("claiming", gen_key(g));
       }
       if (claimed) break;
       if (tries > 64 || Clock::now() >= deadline) {
@@ -540,8 +718,15 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
                              "' (is another rank 0 running with the same prefix and job?)");
       }
     }
+    // A store whose set-if-absent is not atomic (torch's) may have let another
+    // rank 0 claim the same generation; its nonce is then the one stored.
+    if (get_value(gen_key(g)) != nonce_text) {
+      throw concurrent("another rank 0 claimed generation " + std::to_string(g) +
+                       " at the same moment");
+    }
+    const auto claimed_at = Clock::now();
     try {
-      if (!StoreTrySet(store, addr_key(g, 0), my_value)) {
+      if (!StoreTrySet(store, addr_key(g, 0), EncodeRendezvousValue(me))) {
         throw TransportError(Where{self}, "rendezvous: key '", addr_key(g, 0),
                              "' exists although this rank claimed the generation");
       }
@@ -550,94 +735,166 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
     } catch (...) {
       throw store_error("publishing", addr_key(g, 0));
     }
-    for (int r = 1; r < world; ++r) {
-      while (!StoreHas(store, addr_key(g, r))) {
-        if (Clock::now() >= deadline) {
-          ThrowMissing(self, start, timeout, addr_key(g, r), r, world, "");
-        }
-        std::this_thread::sleep_for(Poll(start));
+    bool prev_settled = !prev_forming;
+    int r = 1;
+    for (;;) {
+      check_concurrent();
+      if (!prev_settled && (Since(claimed_at) >= grace || StoreHas(store, ready_key(prev)))) {
+        prev_settled = true;  // a dead run's leftover, or a run that completed meanwhile
       }
+      while (r < world && StoreHas(store, addr_key(g, r))) ++r;
+      if (r == world && prev_settled) break;
+      if (Clock::now() >= deadline) {
+        if (r < world) ThrowMissing(self, start, timeout, addr_key(g, r), r, world, "");
+        ThrowMissing(self, start, timeout, abort_key(prev), -1, world,
+                     ": the timeout ended while this rank 0 waited to see whether generation " +
+                         std::to_string(prev) + " belongs to a live job");
+      }
+      std::this_thread::sleep_for(Poll(start));
     }
   } else {
-    int64_t claimed = -1;
-    int64_t taken = -1;  // newest generation whose slot for this rank was taken
+    int64_t claimed = -1;  // the generation this rank published in
+    int64_t skip = -1;     // newest generation whose slot for this rank was taken, or aborted
+    int64_t left = -1;     // a still-forming generation this rank left for a newer one
+    int64_t dup = -1;      // a still-forming generation whose slot for this rank was taken
+    Clock::time_point dup_at{};
     for (;;) {
       const int64_t newest = FirstFreeGeneration(store, gen) - 1;
-      if (newest >= 0 && newest > claimed && newest != taken) {
-        bool ok = false;
-        try {
-          ok = StoreTrySet(store, addr_key(newest, self), my_value);
-        } catch (...) {
-          throw store_error("publishing", addr_key(newest, self));
+      if (dup >= 0) {
+        // Its rank 0, if alive, aborts it on seeing the duplicate; if not
+        // within the grace, it is a dead run's leftover (or it completed
+        // first: the order no protocol can see).
+        if (auto why = abort_reason(dup)) {
+          throw concurrent("another process holds this rank's slot in generation " +
+                           std::to_string(dup) + ", which was aborted (" + *why + ")");
         }
-        (ok ? claimed : taken) = newest;
+        if (Since(dup_at) >= grace || StoreHas(store, ready_key(dup))) dup = -1;
       }
-      if (claimed >= 0 && claimed == newest && StoreHas(store, base_of(claimed) + "/ready")) break;
-      if (Clock::now() >= deadline) {
-        if (claimed < 0) {
-          ThrowMissing(self, start, timeout, newest < 0 ? gen + "0" : gen + std::to_string(newest + 1),
-                       -1, world,
-                       newest < 0 ? ": rank 0 has not started a run (is rank 0 running, with the "
-                                    "same rendezvous, prefix and job?)"
-                                  : ": the slot of this rank in the newest run is taken (a "
-                                    "duplicate rank, or rank 0 has not started this run yet)");
+      if (claimed >= 0) {
+        if (auto why = abort_reason(claimed)) {
+          throw concurrent("generation " + std::to_string(claimed) +
+                           ", which this rank joined, was aborted (" + *why + ")");
         }
-        for (int r = 0; r < world; ++r) {
-          if (!StoreHas(store, addr_key(claimed, r))) {
-            ThrowMissing(self, start, timeout, addr_key(claimed, r), r, world, "");
+        if (left >= 0) {
+          if (auto why = abort_reason(left)) {
+            throw concurrent("generation " + std::to_string(left) +
+                             ", which this rank joined first, was aborted (" + *why + ")");
           }
         }
-        ThrowMissing(self, start, timeout, base_of(claimed) + "/ready", -1, world,
+        if (StoreHas(store, ready_key(claimed))) break;
+      }
+      if (newest >= 0 && newest > claimed && newest != skip) {
+        if (StoreHas(store, abort_key(newest))) {
+          skip = newest;
+        } else {
+          me.nonce = ParseNonce(get_value(gen_key(newest)), self, gen_key(newest));
+          bool ok = false;
+          try {
+            ok = StoreTrySet(store, addr_key(newest, self), EncodeRendezvousValue(me));
+          } catch (...) {
+            throw store_error("publishing", addr_key(newest, self));
+          }
+          if (ok) {
+            if (claimed >= 0 && !StoreHas(store, ready_key(claimed))) left = claimed;
+            claimed = newest;
+          } else {
+            skip = newest;
+            if (!StoreHas(store, ready_key(newest))) {
+              // A still-forming generation with this rank's slot taken: a
+              // leftover of a dead run, or another job's rank in it. Tell
+              // its rank 0 (best effort), which aborts it if alive.
+              try {
+                StoreTrySet(store, base_of(newest) + "/dup",
+                            Bytes("rank " + std::to_string(self) +
+                                  " found its slot taken by another process"));
+              } catch (...) {
+              }
+              dup = newest;
+              dup_at = Clock::now();
+            }
+          }
+        }
+      }
+      if (Clock::now() >= deadline) {
+        if (claimed < 0) {
+          std::string note =
+              newest < 0 ? ": rank 0 has not started a run (is rank 0 running, with the "
+                           "same rendezvous, prefix and job?)"
+                         : ": the slot of this rank in the newest run is taken (a "
+                           "duplicate rank, or rank 0 has not started this run yet)";
+          if (newest >= 0) {
+            if (auto why = abort_reason(newest)) {
+              note = ": the newest run (generation " + std::to_string(newest) +
+                     ") was aborted: " + *why + "; give each job its own directory or ?job=ID";
+            }
+          }
+          ThrowMissing(self, start, timeout, newest < 0 ? gen + "0" : gen_key(newest + 1), -1,
+                       world, note);
+        }
+        for (int q = 0; q < world; ++q) {
+          if (!StoreHas(store, addr_key(claimed, q))) {
+            ThrowMissing(self, start, timeout, addr_key(claimed, q), q, world, "");
+          }
+        }
+        ThrowMissing(self, start, timeout, ready_key(claimed), -1, world,
                      ": every rank has published, but rank 0 has not confirmed the run");
       }
       std::this_thread::sleep_for(Poll(start));
     }
     g = claimed;
-    // Rank 0's confirmation names its world size.
-    const std::string ready = base_of(g) + "/ready";
-    std::vector<char> bytes;
-    try {
-      bytes = store.get(ready);
-    } catch (...) {
-      throw store_error("reading", ready);
+    // Rank 0's confirmation names its world size and the generation's nonce.
+    const std::string ready = ready_key(g);
+    const RendezvousValue confirmed = DecodeRendezvousValue(get_value(ready), world, 0, self, ready);
+    if (confirmed.nonce != me.nonce) {
+      throw concurrent("rank 0 confirmed generation " + std::to_string(g) + " with nonce " +
+                       NonceText(confirmed.nonce) + ", this rank joined it with nonce " +
+                       NonceText(me.nonce));
     }
-    DecodeRendezvousValue(bytes, world, 0, self, ready);
   }
 
   run.generation = g;
+  run.nonce = me.nonce;
   run.base = base_of(g);
   run.peers.resize(static_cast<size_t>(world));
+  auto confirm = [&] {
+    RendezvousValue ready{world, 0, 0, {}, me.nonce};
+    return EncodeRendezvousValue(ready);
+  };
   for (int r = 0; r < world; ++r) {
     if (r == self) {
-      run.peers[static_cast<size_t>(r)] = mine;
+      run.peers[static_cast<size_t>(r)] = me;
       continue;
     }
     const std::string key = addr_key(g, r);
-    std::vector<char> bytes;
-    try {
-      bytes = store.get(key);
-    } catch (...) {
-      throw store_error("reading", key);
-    }
+    const std::vector<char> bytes = get_value(key);
     try {
       run.peers[static_cast<size_t>(r)] = DecodeRendezvousValue(bytes, world, r, self, key);
     } catch (const MismatchError&) {
       if (self == 0) {  // tell the others before giving up
-        RendezvousValue ready{world, 0, 0, {}};
         try {
-          StoreTrySet(store, run.base + "/ready", EncodeRendezvousValue(ready));
+          StoreTrySet(store, ready_key(g), confirm());
         } catch (...) {
         }
       }
       throw;
     }
+    if (run.peers[static_cast<size_t>(r)].nonce != me.nonce) {
+      const std::string reason =
+          "rank " + std::to_string(r) + " published in generation " + std::to_string(g) +
+          " with nonce " + NonceText(run.peers[static_cast<size_t>(r)].nonce) + ", not " +
+          NonceText(me.nonce) + " (that generation's)";
+      if (self == 0) abort_run(g, reason);
+      throw concurrent(reason);
+    }
   }
   if (self == 0) {
-    RendezvousValue ready{world, 0, 0, {}};
+    check_concurrent();  // one last look before confirming
     try {
-      StoreTrySet(store, run.base + "/ready", EncodeRendezvousValue(ready));
+      StoreTrySet(store, ready_key(g), confirm());
+    } catch (const Error&) {
+      throw;
     } catch (...) {
-      throw store_error("publishing", run.base + "/ready");
+      throw store_error("publishing", ready_key(g));
     }
   }
   return run;
@@ -679,6 +936,8 @@ std::optional<LaunchInfo> RendezvousFromEnv(const std::map<std::string, std::str
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
     }
     info.job = "torchelastic-" + run_id.substr(0, 64) + "-" + std::to_string(restart);
+    info.secret = "torchrun/" + run_id.substr(0, 64) + "/" + std::to_string(restart) + "/" + addr +
+                  ":" + std::to_string(port);
   } else if (get("OMPI_COMM_WORLD_RANK") && get("OMPI_COMM_WORLD_SIZE")) {
     info.launcher = "mpirun";
     info.size = static_cast<int>(integer("OMPI_COMM_WORLD_SIZE", 1, 1 << 24));
@@ -691,6 +950,13 @@ std::optional<LaunchInfo> RendezvousFromEnv(const std::map<std::string, std::str
     if (!id.empty()) info.job = "mpi-" + id.substr(0, 100);
   } else {
     return std::nullopt;
+  }
+  if (auto secret = get("ZEN_STORE_SECRET"); secret && !secret->empty()) {
+    if (secret->size() > 256) {
+      throw InvalidArgument(Where{}, "environment variable ZEN_STORE_SECRET has ", secret->size(),
+                            " bytes, at most 256");
+    }
+    info.secret = *secret;
   }
   if (auto url = get("ZEN_RENDEZVOUS"); url && !url->empty()) {
     ParseRendezvousUrl(*url);  // InvalidArgument for a bad one

@@ -23,10 +23,42 @@
 // "<g>/ready". So a rerun with the same directory (or the same job id) uses
 // generation g+1 and never reads the addresses of the run before, and a
 // partial earlier run (a rank that never came) is skipped over, not waited
-// for. Two live jobs with the same store, prefix and job id are not told
-// apart: give concurrent jobs distinct job ids. Elastic restarts put the
-// restart count in the job id (RendezvousFromEnv does), so a new generation
-// of workers never meets the keys of the previous one either way.
+// for. Elastic restarts put the restart count in the job id
+// (RendezvousFromEnv does), so a new generation of workers never meets the
+// keys of the previous one either way.
+//
+// Concurrent jobs. Two live jobs given the same store, prefix and job id
+// (e.g. the same file:DIR without ?job=) must not pair with each other's
+// ranks: that sums one job's gradients into the other's. Launchers give each
+// job its own namespace (torchrun: its own MASTER_PORT and a job id from
+// TORCHELASTIC_RUN_ID; mpirun: the MPI job id; `zen bench`: a fresh temporary
+// directory per launch). Without one, JoinRun detects a second job and fails
+// at once with a MismatchError that names the rendezvous and says "give each
+// job its own directory or ?job=ID":
+//  - rank 0 of generation g watches, until it publishes "<g>/ready", for a
+//    claim of g+1; seeing one, it writes "<g>/abort" (the reason) and fails;
+//  - a rank 0 that claims g while g-1 is still forming (neither ready nor
+//    aborted) waits kConcurrentGrace before confirming g; if "<g-1>/abort"
+//    appears meanwhile (its rank 0 is alive and saw us), it writes
+//    "<g>/abort" and fails too; if not, g-1 is the leftover of a dead run;
+//  - a rank k > 0 that finds its slot in a still-forming generation taken
+//    writes "<g>/dup"; that generation's rank 0, while forming, aborts it,
+//    and the rank fails when the abort appears within kConcurrentGrace
+//    (else the generation is a dead run's leftover);
+//  - a rank waiting in a generation that is aborted (or that it left for a
+//    newer one, and that is then aborted) fails with the abort's reason;
+//  - every rank's value carries rank 0's per-generation nonce (from
+//    "gen/<g>"); after connecting, the ranks exchange their nonces over the
+//    new mesh, so a connection to a listener of another run is a
+//    MismatchError too.
+// The one order no protocol can see without a job id: a rank k > 0 of job B
+// that starts after job A's rank 0 has claimed its generation, before A's
+// own rank k has joined it, and before B's rank 0 has claimed one, and A's
+// generation then completes before A's rank k arrives (with two ranks: at
+// once). B's rank k took A's free slot k, and two processes given the same
+// (store, rank, world) are indistinguishable. A's rank k later pairs with
+// B's rank 0: both pairs sum across the jobs. Only a job id (or a directory
+// per job) rules this out.
 //
 // Rendezvous values (EncodeRendezvousValue / DecodeRendezvousValue) carry a
 // magic, the sender's world size and rank, and its per-peer transport
@@ -52,6 +84,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zen {
@@ -99,6 +132,15 @@ class KeyCheck {
   virtual bool Has(const std::string& key) = 0;
 };
 
+// A store with an atomic set-if-absent (zen's TCP store; torch's stores
+// through compare_set): StoreTrySet uses it instead of check-then-set.
+class AtomicSet {
+ public:
+  virtual ~AtomicSet() = default;
+  // false when the key already exists.
+  virtual bool TrySet(const std::string& key, const std::vector<char>& value) = 0;
+};
+
 // zen's file store: one file per key in `dir`, named after the key (escaped),
 // written to a temporary file of mode 0600 and linked into place, so a set
 // is atomic and fails when the key exists. `dir` is created with mode 0700
@@ -120,9 +162,10 @@ class FileStore final : public gloo::rendezvous::Store, public KeyCheck {
   std::string dir_;
 };
 
-// Set-if-absent: false when the key already exists (for stores that refuse to
-// overwrite: zen's FileStore, Gloo's Redis and Hash stores; for stores that
-// overwrite, e.g. torch's, it checks first, which is not atomic).
+// Set-if-absent: false when the key already exists (atomic for stores with
+// AtomicSet and for stores that refuse to overwrite: zen's FileStore, Gloo's
+// Redis and Hash stores; for other stores that overwrite it checks first,
+// which is not atomic).
 bool StoreTrySet(gloo::rendezvous::Store& store, const std::string& key,
                  const std::vector<char>& value);
 bool StoreHas(gloo::rendezvous::Store& store, const std::string& key);
@@ -136,6 +179,9 @@ struct RendezvousValue {
   int rank = 0;
   uint32_t address_bytes = 0;
   std::vector<char> addresses;  // (world - 1) * address_bytes bytes
+  // The generation's nonce (rank 0 draws it and stores it in "gen/<g>"):
+  // every rank of one run carries the same, checked over the new mesh.
+  uint64_t nonce = 0;
   // The address this value's sender published for `peer` (peer != rank).
   std::span<const char> AddressFor(int peer) const;
 };
@@ -158,17 +204,27 @@ std::vector<char> SanitizeTcpAddress(std::span<const char> address);
 
 struct RunRendezvous {
   int64_t generation = 0;
+  uint64_t nonce = 0;                 // the generation's nonce (every peer's value carries it)
   std::string base;                   // "<prefix>[/<job>]/<generation>"
   std::vector<RendezvousValue> peers;  // by rank; peers[rank] is this rank's
 };
 
-// Publishes `mine` (this rank's value) in a fresh generation and returns
-// every rank's value. Waits end at `deadline`; TransportError then names the
-// ranks missing, the key, the time waited and `timeout`.
+// Publishes `mine` (this rank's value, its nonce set here) in a fresh
+// generation and returns every rank's value. Waits end at `deadline`;
+// TransportError then names the ranks missing, the key, the time waited and
+// `timeout`. A second job seen on the same keys (see "Concurrent jobs" above)
+// is a MismatchError naming `rendezvous` (the URL or store, for messages)
+// and telling the user to give each job its own directory or ?job=ID.
 RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
                       const std::string& job, const RendezvousValue& mine,
                       std::chrono::steady_clock::time_point deadline,
-                      std::chrono::milliseconds timeout);
+                      std::chrono::milliseconds timeout, const std::string& rendezvous = "");
+
+// How long a rank 0 that claims a generation while the one before is still
+// forming waits for that generation's rank 0 to notice it (and abort both)
+// before taking the older one for the leftover of a dead run: the lesser of
+// this and a quarter of the timeout.
+inline constexpr std::chrono::milliseconds kConcurrentGrace{500};
 
 // ---- launchers ----
 
@@ -179,6 +235,12 @@ struct LaunchInfo {
   std::string rendezvous;  // a URL for GlooOptions::rendezvous
   std::string job;         // for GlooOptions::job
   std::string launcher;    // "torchrun" or "mpirun", for messages
+  // For GlooOptions::secret: ZEN_STORE_SECRET when set; else, under
+  // torchrun, "torchrun/<TORCHELASTIC_RUN_ID>/<restart>/<MASTER_ADDR>:
+  // <MASTER_PORT>", which keeps out a client of another job (a stale or
+  // misconfigured worker) but not a local process that can guess or read
+  // those variables: set ZEN_STORE_SECRET to a random value for that.
+  std::string secret;
 };
 
 // Maps a copy of the environment to rank, size and rendezvous:
@@ -205,14 +267,43 @@ namespace zen {
 // Rank 0 hosts it (host_it = true): a thread serving set-if-absent, get and
 // has on HOST:PORT (bound to that address only) for as long as the returned
 // store lives, which ConnectGloo keeps until the mesh is up. The other ranks
-// connect to it, retrying until `timeout` (rank 0 may start later). Limits:
-// keys of at most 4 KiB, values of at most 16 MiB, 256 MiB and 4096
-// connections in all; a client that breaks them is disconnected. The
-// protocol is zen's own (not torch's TCPStore protocol) and, like the rest
-// of the transport, unauthenticated.
+// connect to it, retrying until `timeout` (rank 0 may start later); no reply
+// is waited for past `timeout` after the store was opened.
+//
+// Every connection starts with `secret` (at most 256 bytes; the server
+// compares it in constant time and closes a connection that brings another
+// one). Empty secrets match each other: without one, anyone who can reach
+// the port can read and add keys, i.e. join the job. RendezvousFromEnv
+// derives one from the launcher's variables (see LaunchInfo::secret).
+//
+// Limits: keys of at most 4 KiB, values of at most 16 MiB, 256 MiB and 4096
+// connections in all; a client that breaks them is disconnected. Replies are
+// buffered only up to 1 MiB per client (plus one value) and 64 MiB in all:
+// the server reads no more requests from a client until its replies drain,
+// and disconnects a client whose replies make no progress for `timeout`
+// (at least 1 s). The protocol is zen's own (not torch's TCPStore
+// protocol) and unencrypted.
 std::shared_ptr<gloo::rendezvous::Store> OpenTcpStore(const std::string& host, int port,
                                                       bool host_it,
                                                       std::chrono::milliseconds timeout,
-                                                      int rank = -1);
+                                                      int rank = -1,
+                                                      const std::string& secret = "");
+
+// The TCP store's request framing, for its fuzz target (fuzz/store_fuzz.cc)
+// and tests: applies the complete requests at the front of `in` to `table`,
+// appending their replies to `out`, until `out` holds `out_limit` bytes.
+// `hello_done` says whether the connection has sent a matching secret; a
+// first request other than a hello with `secret` is malformed. ok = false
+// for a malformed request (the server then drops the client); `consumed`
+// counts the bytes of the requests served.
+class TcpStoreTable;
+std::shared_ptr<TcpStoreTable> NewTcpStoreTable();
+struct TcpStoreFraming {
+  size_t consumed = 0;
+  bool ok = true;
+};
+TcpStoreFraming ServeTcpStoreRequests(TcpStoreTable& table, std::span<const char> in,
+                                      std::vector<char>& out, size_t out_limit, bool& hello_done,
+                                      std::string_view secret);
 
 }  // namespace zen

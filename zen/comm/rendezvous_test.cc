@@ -4,6 +4,7 @@
 #include "zen/comm/rendezvous.h"
 
 #include <gloo/rendezvous/hash_store.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <limits>
 
 #include "zen/core/error.h"
@@ -71,6 +73,26 @@ TEST(RendezvousTest, TorchrunVariablesMapToZensTcpStoreAndAGenerationJob) {
   Env next = env;
   next["TORCHELASTIC_RESTART_COUNT"] = "3";
   EXPECT_NE(RendezvousFromEnv(next)->job, info->job);  // a new generation, new keys
+}
+
+// Issue 41 C2: the TCP store's per-job secret: ZEN_STORE_SECRET when set,
+// else derived from torchrun's variables (so a worker of another run or
+// restart brings another one); at most 256 bytes.
+TEST(RendezvousTest, TheStoreSecretComesFromTheLaunchEnvironment) {
+  Env env = {{"RANK", "0"},           {"WORLD_SIZE", "2"},          {"MASTER_ADDR", "h"},
+             {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "r1"}};
+  const std::string derived = RendezvousFromEnv(env)->secret;
+  EXPECT_EQ(derived, "torchrun/r1/0/h:29500");
+  Env restarted = env;
+  restarted["TORCHELASTIC_RESTART_COUNT"] = "1";
+  EXPECT_NE(RendezvousFromEnv(restarted)->secret, derived);
+  Env other_port = env;
+  other_port["MASTER_PORT"] = "29600";
+  EXPECT_NE(RendezvousFromEnv(other_port)->secret, derived);
+  env["ZEN_STORE_SECRET"] = "0123456789abcdef";
+  EXPECT_EQ(RendezvousFromEnv(env)->secret, "0123456789abcdef");
+  env["ZEN_STORE_SECRET"] = std::string(257, 'x');
+  EXPECT_THROW(RendezvousFromEnv(env), InvalidArgument);
 }
 
 TEST(RendezvousTest, MpirunVariables) {
@@ -201,6 +223,85 @@ TEST(RendezvousTest, FileStoreIsPrivateAtomicAndWriteOnce) {
     store.set(long_key, {'z'});
     EXPECT_EQ(store.get(long_key), std::vector<char>{'z'});
     EXPECT_LT(std::filesystem::path(store.PathOf(long_key)).filename().string().size(), 256u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 41 H3: a FIFO where a key's file belongs made get() block in open()
+// for ever; a symbolic link or a file of another user was read as the key.
+// Each is now refused at once, naming the file.
+TEST(RendezvousTest, FileStoreRefusesFifosLinksAndForeignFiles) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("zen-fifo-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  {
+    FileStore store(dir);
+    const std::string fifo = store.PathOf("fifo");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    auto got = std::async(std::launch::async, [&] {
+      try {
+        store.get("fifo");
+        return std::string("no error");
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+    });
+    if (got.wait_for(std::chrono::seconds(3)) != std::future_status::ready) {
+      ADD_FAILURE() << "get() blocks on a FIFO";
+      const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // lets it go
+      if (writer >= 0) ::close(writer);
+    }
+    const std::string what = got.get();
+    EXPECT_NE(what.find("not a regular file"), std::string::npos) << what;
+    EXPECT_NE(what.find(fifo), std::string::npos) << what;
+
+    ASSERT_EQ(::symlink("/etc/hostname", store.PathOf("link").c_str()), 0);
+    EXPECT_TRUE(store.Has("link"));
+    EXPECT_THROW(store.get("link"), FormatError);
+
+    if (::geteuid() == 0) {  // only root can give a file to another user
+      store.set("foreign", {'1'});
+      ASSERT_EQ(::chown(store.PathOf("foreign").c_str(), 54321, 54321), 0);
+      try {
+        store.get("foreign");
+        ADD_FAILURE() << "a file of another user was read";
+      } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("another user"), std::string::npos) << e.what();
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 41 H3: an existing directory others can write, or another user's,
+// is refused unless it is sticky (then get() refuses their files, above).
+TEST(RendezvousTest, FileStoreRefusesADirectoryOthersCanWrite) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("zen-opendir-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  for (const mode_t mode : {0777, 0770, 0722}) {
+    ASSERT_EQ(::chmod(dir.c_str(), mode), 0);
+    try {
+      FileStore store(dir);
+      ADD_FAILURE() << "mode " << std::oct << mode << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(dir), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not sticky"), std::string::npos) << e.what();
+    }
+  }
+  for (const mode_t mode : {01777, 0700, 0755}) {
+    ASSERT_EQ(::chmod(dir.c_str(), mode), 0);
+    EXPECT_NO_THROW(FileStore store(dir)) << std::oct << mode;
+  }
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+    ASSERT_EQ(::chown(dir.c_str(), 54321, 54321), 0);
+    EXPECT_THROW(FileStore store(dir), InvalidArgument);
+    ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);
+    EXPECT_NO_THROW(FileStore store(dir));
   }
   std::filesystem::remove_all(dir);
 }

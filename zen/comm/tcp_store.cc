@@ -2,9 +2,21 @@
 //
 // Wire protocol (host byte order; both sides are the same build):
 //   request:  u8 op, u32 key length, key, and for kSet: u32 value length, value
-//   response: kSet: u8 (1 stored, 0 the key existed)
+//             (kHello: the "key" is the job's secret)
+//   response: kHello: u8 1 (a wrong secret closes the connection instead)
+//             kSet: u8 (1 stored, 0 the key existed)
 //             kHas: u8 (1 present)
 //             kGet: u8 (1 present), and when present: u32 length, value
+// A connection's first request must be kHello with the job's secret; any
+// other first request closes it.
+//
+// Bounds (issue 41, C2): a client that pipelines requests and never reads
+// the replies made the server buffer without limit (200 GETs of a 16 MiB
+// value: 3.2 GB, then the OOM killer). Now the server parses a client's next
+// request only while that client has less than kOutHigh bytes of replies
+// unsent and all clients together less than kOutTotal, and stops reading
+// from it meanwhile; a client with replies unsent and no progress for the
+// store's timeout (at least 1 s) is disconnected.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -14,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -26,16 +39,23 @@
 #include "zen/core/error.h"
 
 namespace zen {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kHas = 3 };
+namespace {
+
+enum Op : uint8_t { kSet = 1, kGet = 2, kHas = 3, kHello = 4 };
 constexpr uint32_t kMaxKey = 4096;
 constexpr uint32_t kMaxValue = uint32_t{16} << 20;
 constexpr uint64_t kMaxTotal = uint64_t{256} << 20;
 constexpr size_t kMaxConnections = 4096;
+constexpr uint32_t kMaxSecret = 256;
+// Unsent replies: a client's next request is parsed only below kOutHigh
+// (so it holds at most kOutHigh plus one value), all clients' only below
+// kOutTotal.
+constexpr size_t kOutHigh = size_t{1} << 20;
+constexpr size_t kOutTotal = size_t{64} << 20;
 
 Millis Since(Clock::time_point start) {
   return std::chrono::duration_cast<Millis>(Clock::now() - start);
@@ -54,8 +74,23 @@ addrinfo* Resolve(const std::string& host, int port, bool passive, int rank) {
   return res;
 }
 
+// Compares without an early exit, so the time taken does not tell how much
+// of a guessed secret was right.
+bool SameSecret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
 // The key/value map, shared by the server thread and rank 0's own calls.
-class Table {
+class TcpStoreTable {
  public:
   bool TrySet(const std::string& key, std::vector<char> value) {
     std::lock_guard<std::mutex> lock(m_);
@@ -74,6 +109,17 @@ class Table {
     if (out) *out = it->second;
     return true;
   }
+  // Appends "found, length, value" (or "0") for key to out.
+  void AppendGet(const std::string& key, std::vector<char>& out) {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = map_.find(key);
+    out.push_back(it == map_.end() ? 0 : 1);
+    if (it == map_.end()) return;
+    const uint32_t n = static_cast<uint32_t>(it->second.size());
+    const char* p = reinterpret_cast<const char*>(&n);
+    out.insert(out.end(), p, p + 4);
+    out.insert(out.end(), it->second.begin(), it->second.end());
+  }
 
  private:
   std::mutex m_;
@@ -81,9 +127,66 @@ class Table {
   uint64_t total_ = 0;
 };
 
+std::shared_ptr<TcpStoreTable> NewTcpStoreTable() { return std::make_shared<TcpStoreTable>(); }
+
+TcpStoreFraming ServeTcpStoreRequests(TcpStoreTable& table, std::span<const char> in,
+                                      std::vector<char>& out, size_t out_limit, bool& hello_done,
+                                      std::string_view secret) {
+  TcpStoreFraming result;
+  size_t at = 0;
+  auto u32 = [&](size_t pos, uint32_t* v) {
+    if (in.size() < pos + 4) return false;
+    std::memcpy(v, in.data() + pos, 4);
+    return true;
+  };
+  while (out.size() < out_limit) {
+    if (in.size() < at + 5) break;
+    const uint8_t op = static_cast<uint8_t>(in[at]);
+    uint32_t klen = 0;
+    u32(at + 1, &klen);
+    if (!hello_done && op != kHello) return {at, false};
+    if (op < kSet || op > kHello || klen > kMaxKey) return {at, false};
+    if (op == kHello && (hello_done || klen > kMaxSecret)) return {at, false};
+    size_t need = at + 5 + klen;
+    uint32_t vlen = 0;
+    if (op == kSet) {
+      if (!u32(need, &vlen)) break;
+      if (vlen > kMaxValue) return {at, false};
+      need += 4 + vlen;
+    }
+    if (in.size() < need) break;
+    const std::string key(in.data() + at + 5, klen);
+    if (op == kHello) {
+      if (!SameSecret(key, secret)) return {at, false};
+      hello_done = true;
+      out.push_back(1);
+    } else if (op == kSet) {
+      std::vector<char> value(in.begin() + static_cast<std::ptrdiff_t>(need - vlen),
+                              in.begin() + static_cast<std::ptrdiff_t>(need));
+      bool stored = false;
+      try {
+        stored = table.TrySet(key, std::move(value));
+      } catch (const Error&) {
+        return {at, false};
+      }
+      out.push_back(stored ? 1 : 0);
+    } else if (op == kHas) {
+      out.push_back(table.Get(key, nullptr) ? 1 : 0);
+    } else {
+      table.AppendGet(key, out);
+    }
+    at = need;
+  }
+  result.consumed = at;
+  return result;
+}
+
+namespace {
+
 class Server {
  public:
-  Server(const std::string& host, int port, int rank) {
+  Server(const std::string& host, int port, int rank, Millis stall_limit, std::string secret)
+      : table_(NewTcpStoreTable()), stall_limit_(stall_limit), secret_(std::move(secret)) {
     addrinfo* res = Resolve(host, port, true, rank);
     std::string last = "no address";
     for (addrinfo* a = res; a != nullptr && fd_ < 0; a = a->ai_next) {
@@ -101,7 +204,9 @@ class Server {
     ::freeaddrinfo(res);
     if (fd_ < 0) {
       throw TransportError(Where{rank}, "TCP store: cannot listen on ", host, ":", port, ": ", last,
-                           " (is the port taken? under torchrun zen uses MASTER_PORT+1)");
+                           " (is the port taken, e.g. by another job given the same "
+                           "tcp://HOST:PORT? each job needs its own port; under torchrun zen "
+                           "uses MASTER_PORT+1)");
     }
     if (::pipe2(wake_, O_CLOEXEC) != 0) {
       ::close(fd_);
@@ -118,13 +223,19 @@ class Server {
     ::close(wake_[0]);
     ::close(wake_[1]);
   }
-  Table& table() { return table_; }
+  TcpStoreTable& table() { return *table_; }
 
  private:
   struct Conn {
     std::vector<char> in;
     std::vector<char> out;
+    size_t sent = 0;  // of out
+    bool hello_done = false;
+    Clock::time_point progress = Clock::now();  // the last send that moved bytes
+    size_t pending() const { return out.size() - sent; }
   };
+
+  bool MayParse(const Conn& c) const { return c.pending() < kOutHigh && out_total_ < kOutTotal; }
 
   void Loop() {
     std::vector<pollfd> fds;
@@ -132,23 +243,32 @@ class Server {
       fds.clear();
       fds.push_back({wake_[0], POLLIN, 0});
       fds.push_back({fd_, static_cast<short>(conns_.size() < kMaxConnections ? POLLIN : 0), 0});
+      bool waiting = false;
       for (auto& [fd, c] : conns_) {
-        fds.push_back({fd, static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+        // Read only what may be parsed now (and one request's worth at most).
+        const bool read = MayParse(c) && c.in.size() < 9 + kMaxKey + size_t{kMaxValue};
+        const short ev = static_cast<short>((read ? POLLIN : 0) | (c.pending() ? POLLOUT : 0));
+        waiting = waiting || c.pending() > 0 || !read;
+        fds.push_back({fd, ev, 0});
       }
-      if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+      if (::poll(fds.data(), fds.size(), waiting ? 100 : -1) < 0 && errno != EINTR) return;
       if (fds[0].revents) return;
       if (fds[1].revents & POLLIN) {
         const int c = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c >= 0) conns_[c];
       }
       for (size_t i = 2; i < fds.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        if (!Serve(fds[i].fd, fds[i].revents)) {
-          ::close(fds[i].fd);
-          conns_.erase(fds[i].fd);
-        }
+        if (!Serve(fds[i].fd, fds[i].revents)) Drop(fds[i].fd);
       }
     }
+  }
+
+  void Drop(int fd) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) return;
+    out_total_ -= it->second.pending();
+    ::close(fd);
+    conns_.erase(it);
   }
 
   // false: close the connection.
@@ -159,82 +279,66 @@ class Server {
       char buf[65536];
       const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
       if (n == 0) return false;
-      if (n < 0) return errno == EAGAIN || errno == EINTR;
-      c.in.insert(c.in.end(), buf, buf + n);
-      if (!Parse(c)) return false;
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return false;
+      if (n > 0) c.in.insert(c.in.end(), buf, buf + n);
     }
-    while (!c.out.empty()) {
-      const ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-      if (n < 0) return errno == EAGAIN || errno == EINTR;
-      c.out.erase(c.out.begin(), c.out.begin() + n);
+    if (!Parse(c)) return false;
+    while (c.pending() > 0) {
+      const ssize_t n = ::send(fd, c.out.data() + c.sent, c.pending(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EINTR) return false;
+        break;
+      }
+      c.sent += static_cast<size_t>(n);
+      out_total_ -= static_cast<size_t>(n);
+      c.progress = Clock::now();
     }
-    return true;
+    if (c.pending() == 0) {
+      c.out.clear();
+      c.sent = 0;
+      if (!Parse(c)) return false;  // requests held back while replies were pending
+    }
+    // A client that leaves its replies unread for the stall limit is dropped.
+    return c.pending() == 0 || Clock::now() - c.progress < stall_limit_;
   }
 
-  // Handles every complete request in c.in; false for a malformed one.
+  // Handles the complete requests in c.in that the bounds allow; false for a
+  // malformed one.
   bool Parse(Conn& c) {
-    size_t at = 0;
-    auto u32 = [&](size_t pos, uint32_t* v) {
-      if (c.in.size() < pos + 4) return false;
-      std::memcpy(v, c.in.data() + pos, 4);
-      return true;
-    };
-    for (;;) {
-      if (c.in.size() < at + 5) break;
-      const uint8_t op = static_cast<uint8_t>(c.in[at]);
-      uint32_t klen = 0;
-      u32(at + 1, &klen);
-      if (op < kSet || op > kHas || klen > kMaxKey) return false;
-      size_t need = at + 5 + klen;
-      uint32_t vlen = 0;
-      if (op == kSet) {
-        if (!u32(need, &vlen)) break;
-        if (vlen > kMaxValue) return false;
-        need += 4 + vlen;
-      }
-      if (c.in.size() < need) break;
-      const std::string key(c.in.data() + at + 5, klen);
-      if (op == kSet) {
-        std::vector<char> value(c.in.begin() + static_cast<std::ptrdiff_t>(need - vlen),
-                                c.in.begin() + static_cast<std::ptrdiff_t>(need));
-        bool stored = false;
-        try {
-          stored = table_.TrySet(key, std::move(value));
-        } catch (const Error&) {
-          return false;
-        }
-        c.out.push_back(stored ? 1 : 0);
-      } else if (op == kHas) {
-        c.out.push_back(table_.Get(key, nullptr) ? 1 : 0);
-      } else {
-        std::vector<char> value;
-        const bool found = table_.Get(key, &value);
-        c.out.push_back(found ? 1 : 0);
-        if (found) {
-          const uint32_t n = static_cast<uint32_t>(value.size());
-          const char* p = reinterpret_cast<const char*>(&n);
-          c.out.insert(c.out.end(), p, p + 4);
-          c.out.insert(c.out.end(), value.begin(), value.end());
-        }
-      }
-      at = need;
-    }
-    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(at));
+    if (!MayParse(c) || c.in.empty()) return true;
+    const size_t before = c.out.size();
+    if (c.pending() == 0) c.progress = Clock::now();
+    const size_t limit = c.out.size() + std::min(kOutHigh - c.pending(), kOutTotal - out_total_);
+    const TcpStoreFraming r = ServeTcpStoreRequests(*table_, c.in, c.out, limit, c.hello_done, secret_);
+    out_total_ += c.out.size() - before;
+    if (!r.ok) return false;
+    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(r.consumed));
     return true;
   }
 
-  Table table_;
+  std::shared_ptr<TcpStoreTable> table_;
+  Millis stall_limit_;
+  std::string secret_;
   int fd_ = -1;
   int wake_[2] = {-1, -1};
   std::map<int, Conn> conns_;
+  size_t out_total_ = 0;  // unsent reply bytes of all connections
   std::thread thread_;
 };
 
-class TcpStore final : public gloo::rendezvous::Store, public KeyCheck {
+class TcpStore final : public gloo::rendezvous::Store, public KeyCheck, public AtomicSet {
  public:
-  TcpStore(std::string host, int port, bool host_it, Millis timeout, int rank)
-      : host_(std::move(host)), port_(port), timeout_(timeout), rank_(rank) {
-    if (host_it) server_ = std::make_unique<Server>(host_, port_, rank_);
+  TcpStore(std::string host, int port, bool host_it, Millis timeout, int rank, std::string secret)
+      : host_(std::move(host)),
+        port_(port),
+        timeout_(timeout),
+        rank_(rank),
+        secret_(std::move(secret)),
+        deadline_(Clock::now() + timeout) {
+    if (host_it) {
+      server_ = std::make_unique<Server>(host_, port_, rank_, std::max(timeout_, Millis(1000)),
+                                         secret_);
+    }
   }
   ~TcpStore() override {
     if (fd_ >= 0) ::close(fd_);
@@ -245,7 +349,7 @@ class TcpStore final : public gloo::rendezvous::Store, public KeyCheck {
       throw TransportError(Where{rank_}, "TCP store: key '", key, "' already exists");
     }
   }
-  bool TrySet(const std::string& key, const std::vector<char>& data) {
+  bool TrySet(const std::string& key, const std::vector<char>& data) override {
     CheckSizes(key, data.size());
     if (server_) return server_->table().TrySet(key, data);
     std::lock_guard<std::mutex> lock(m_);
@@ -314,6 +418,16 @@ class TcpStore final : public gloo::rendezvous::Store, public KeyCheck {
   // (retrying until the timeout since the first attempt).
   uint8_t Call(const std::vector<char>& req, const std::string& key) {
     Connect();
+    // No reply is waited for past the store's deadline (a stopped rank 0
+    // must not hold a rank longer than the timeout), but for 100 ms, so that
+    // the calls that word an error after the deadline can still be answered.
+    const Millis left = std::clamp(
+        std::chrono::duration_cast<Millis>(deadline_ - Clock::now()), Millis(100), Millis(10000));
+    timeval tv{};
+    tv.tv_sec = left.count() / 1000;
+    tv.tv_usec = static_cast<suseconds_t>((left.count() % 1000) * 1000);
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     size_t done = 0;
     while (done < req.size()) {
       const ssize_t n = ::send(fd_, req.data() + done, req.size() - done, MSG_NOSIGNAL);
@@ -366,7 +480,10 @@ class TcpStore final : public gloo::rendezvous::Store, public KeyCheck {
         }
       }
       ::freeaddrinfo(res);
-      if (fd_ >= 0) return;
+      if (fd_ >= 0) {
+        Hello();
+        return;
+      }
       if (Since(first_attempt_) >= timeout_) {
         throw TransportError(Where{rank_}, "rendezvous: waited ", Since(first_attempt_).count(),
                              " ms (timeout ", timeout_.count(), " ms) to connect to the TCP store at ",
@@ -376,10 +493,39 @@ class TcpStore final : public gloo::rendezvous::Store, public KeyCheck {
     }
   }
 
+  // The first request of a connection: the job's secret. The server closes
+  // the connection when it differs.
+  void Hello() {
+    std::vector<char> req = Request(kHello, secret_);
+    size_t done = 0;
+    while (done < req.size()) {
+      const ssize_t n = ::send(fd_, req.data() + done, req.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) Fail("sending the job's secret");
+      done += static_cast<size_t>(n);
+    }
+    char c = 0;
+    ssize_t r = 0;
+    while ((r = ::recv(fd_, &c, 1, 0)) < 0 && errno == EINTR) {
+    }
+    if (r <= 0 || c != 1) {
+      const int err = r < 0 ? errno : 0;
+      ::close(fd_);
+      fd_ = -1;
+      throw TransportError(Where{rank_}, "TCP store at ", host_, ":", port_,
+                           " refused this rank: its secret differs from rank 0's (every rank of "
+                           "a job needs the same ZEN_STORE_SECRET, or the same launcher "
+                           "variables; or another program listens on this port)",
+                           err ? std::string(": ") + std::strerror(err) : std::string());
+    }
+  }
+
   std::string host_;
   int port_;
   Millis timeout_;
   int rank_;
+  std::string secret_;
+  Clock::time_point deadline_;
   std::unique_ptr<Server> server_;
   std::mutex m_;
   int fd_ = -1;
@@ -389,12 +535,17 @@ class TcpStore final : public gloo::rendezvous::Store, public KeyCheck {
 }  // namespace
 
 std::shared_ptr<gloo::rendezvous::Store> OpenTcpStore(const std::string& host, int port,
-                                                      bool host_it, Millis timeout, int rank) {
+                                                      bool host_it, Millis timeout, int rank,
+                                                      const std::string& secret) {
   CheckTimeout(timeout, "OpenTcpStore", rank);
   if (port < 1 || port > 65535) {
     throw InvalidArgument(Where{rank}, "TCP store: port ", port, " is outside [1, 65535]");
   }
-  return std::make_shared<TcpStore>(host, port, host_it, timeout, rank);
+  if (secret.size() > kMaxSecret) {
+    throw InvalidArgument(Where{rank}, "TCP store: the secret has ", secret.size(),
+                          " bytes, at most ", kMaxSecret);
+  }
+  return std::make_shared<TcpStore>(host, port, host_it, timeout, rank, secret);
 }
 
 }  // namespace zen
