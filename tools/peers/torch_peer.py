@@ -8,6 +8,12 @@ Peers:
                      values, then a local sum; what DDP with sparse
                      embedding gradients does today)
   torch-gloo-dense   dist.all_reduce on the dense [rows, width] tensor
+  zen-process-group  zen's process-group transport (python/zen/process_group.py:
+                     ZEN with torch tensor ops and this Gloo group's all_gather
+                     and all_to_all_single, what zen runs on NCCL), timed
+                     over its whole call; its payload bytes are the engine's
+                     counters (zen.process_group imported from the
+                     environment, else from this source tree's python/)
 
 For each peer: warm-up + measured iterations; before each, a barrier; the
 time of dist.all_reduce only (tensor construction is outside). Each result
@@ -17,7 +23,8 @@ exactly one of result and reference (sparse peer; the dense peer has no row
 set, so it counts rows outside the union that came back non-zero). On the
 testbed (--iface), bytes on the wire are the interface counters read around
 the measured iterations (per iteration, barriers included), as zen's
-workers do. No payload counters exist here: the launcher prints "n/a".
+workers do. torch's peers have no payload counters (the launcher prints
+"n/a"); zen-process-group counts its own.
 
 Writes a JSON list (one object per peer, the per-rank format of zen's
 workers) to --out. Usage (the launcher does this, one per host):
@@ -34,7 +41,20 @@ import time
 
 import numpy as np
 
-PEERS = ("torch-gloo-sparse", "torch-gloo-dense")
+PEERS = ("torch-gloo-sparse", "torch-gloo-dense", "zen-process-group")
+
+
+def process_group_engine():
+    """zen.process_group.ProcessGroupEngine on the default group: from the
+    environment's zen, else from the source tree this file lives in."""
+    try:
+        from zen.process_group import ProcessGroupEngine
+    except ImportError:
+        import pathlib
+        tree = pathlib.Path(__file__).resolve().parents[2] / "python"
+        sys.path.insert(0, str(tree))
+        from zen.process_group import ProcessGroupEngine
+    return ProcessGroupEngine()
 
 
 def read_trace_tensor(path, tensor, world):
@@ -128,6 +148,8 @@ def measure(torch, dist, peer, local, shape, checker, args):
         t[index[0]] = values
         return t
 
+    if peer == "zen-process-group":
+        return measure_engine(torch, dist, local, shape, checker, args)
     times, cpu, err, mismatch, wire0 = [], 0.0, 0.0, 0, None
     for it in range(args.warmup + args.iters):
         t = make()
@@ -149,6 +171,43 @@ def measure(torch, dist, peer, local, shape, checker, args):
             cpu += c1 - c0
     out = {"scheme": peer, "times": times, "max_rel_error": err, "rows_mismatch": mismatch,
            "cpu_s": cpu / len(times)}
+    if wire0 is not None:
+        dist.barrier()
+        tx, rx = read_wire(args.iface)
+        out["wire_sent"] = (tx - wire0[0]) // args.iters
+        out["wire_recv"] = (rx - wire0[1]) // args.iters
+    return out
+
+
+def measure_engine(torch, dist, local, shape, checker, args):
+    """zen-process-group: the engine's allreduce_sparse of this rank's rows,
+    each call timed whole (its count records, push, aggregation, pull and
+    decode), with its payload byte counters per iteration."""
+    engine = process_group_engine()
+    ids = torch.from_numpy(np.array(local[0], dtype=np.int64))
+    values = torch.from_numpy(np.array(local[1], dtype=np.float32))
+    rows = shape[0]
+    times, cpu, err, mismatch, wire0 = [], 0.0, 0.0, 0, None
+    sent = recv = 0
+    for it in range(args.warmup + args.iters):
+        dist.barrier()
+        if it == args.warmup and args.iface:
+            wire0 = read_wire(args.iface)
+            dist.barrier()
+        s0, r0 = engine.bytes_sent, engine.bytes_received
+        c0, t0 = time.process_time(), time.perf_counter()
+        out_ids, out_values = engine.allreduce_sparse("peer", rows, ids, values)
+        t1, c1 = time.perf_counter(), time.process_time()
+        e, m = checker.sparse(out_ids.numpy(), out_values.numpy())
+        err, mismatch = max(err, e), max(mismatch, m)
+        if it >= args.warmup:
+            times.append(t1 - t0)
+            cpu += c1 - c0
+            sent += engine.bytes_sent - s0
+            recv += engine.bytes_received - r0
+    out = {"scheme": "zen-process-group", "times": times, "max_rel_error": err,
+           "rows_mismatch": mismatch, "cpu_s": cpu / len(times),
+           "bytes_sent": sent // args.iters, "bytes_recv": recv // args.iters}
     if wire0 is not None:
         dist.barrier()
         tx, rx = read_wire(args.iface)

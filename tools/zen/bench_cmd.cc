@@ -79,7 +79,8 @@ failed, 2 on a wrong command line (docs/benchmark.md).
                      are shaped to RATE both ways, e.g. 8x500mbit: adds bytes
                      on the wire per rank and the time bound (docs/performance.md)
   --peers LIST       also run other libraries on the same hosts: torch-gloo-sparse,
-                     torch-gloo-dense, or all (PyTorch dist.all_reduce, Gloo)
+                     torch-gloo-dense (PyTorch dist.all_reduce, Gloo), zen-process-group
+                     (zen over torch's collectives, what runs on NCCL), or all
   --rank R           run one worker of a multi-machine job (with --world,
   --rendezvous URL   file:DIR or redis://HOST:PORT; --hostname: address to bind)
   --rendezvous env://  one worker started by torchrun (RANK, WORLD_SIZE,

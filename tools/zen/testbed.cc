@@ -410,7 +410,9 @@ std::vector<std::string> CpuWarnings(const json& report) {
   return out;
 }
 
-std::vector<std::string> KnownPeers() { return {"torch-gloo-sparse", "torch-gloo-dense"}; }
+std::vector<std::string> KnownPeers() {
+  return {"torch-gloo-sparse", "torch-gloo-dense", "zen-process-group"};
+}
 
 std::vector<std::string> ParsePeers(const std::string& list) {
   if (list == "all") return KnownPeers();
@@ -419,7 +421,7 @@ std::vector<std::string> ParsePeers(const std::string& list) {
   for (const auto& p : out) {
     if (std::find(known.begin(), known.end(), p) == known.end()) {
       throw InvalidArgument("unknown peer '" + p +
-                            "' (known: torch-gloo-sparse, torch-gloo-dense)");
+                            "' (known: torch-gloo-sparse, torch-gloo-dense, zen-process-group)");
     }
   }
   return out;

@@ -116,7 +116,7 @@ int UsableCores();
 // process per host with the same warm-up, iterations, barrier and check
 // against the dense reference; each peer becomes one report row.
 
-// The peers there are: torch-gloo-sparse, torch-gloo-dense.
+// The peers there are: torch-gloo-sparse, torch-gloo-dense, zen-process-group.
 std::vector<std::string> KnownPeers();
 // "all", "" (none) or a comma-separated list; InvalidArgument naming an
 // unknown peer.
