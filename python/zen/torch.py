@@ -325,7 +325,10 @@ class ZenState:
         buckets after the first step; a state serves a new model)."""
         index = bucket.index()
         params = bucket.parameters()
-        key = (index, tuple(id(p) for p in params))  # a new model or rebuilt bucket: again
+        self._check_replicas(bucket, index, params, tuple(map(id, params)))
+
+    def _check_replicas(self, bucket, index, params, ids):
+        key = (index, ids)  # a new model or rebuilt bucket: again
         if key in self._replicas_checked:
             return
         world, rank = self.world_size, self.rank
@@ -950,11 +953,15 @@ def comm_hook(state, bucket):
     sends the values at half width.
     """
     state = _state(state)
-    state.check_replicas(bucket)
+    # One read of the bucket's parameters per call: the replica check, the
+    # mode's key and the record of what ran share it (the steady state of a
+    # bucket on the process group's allreduce is these lookups, a scaling
+    # and the allreduce).
     buffer = bucket.buffer()
     index = bucket.index()
     params = bucket.parameters()
     key = tuple(map(id, params))
+    state._check_replicas(bucket, index, params, key)
     if state._bucket_keys.get(index) != key:
         # A new composition under this index (DDP rebuilds its buckets after
         # the first step, in gradient-ready order): its mode is decided anew,
@@ -966,17 +973,17 @@ def comm_hook(state, bucket):
     if state.timeline is not None:
         event = {"bucket": index, "path": "zen", "start": time.perf_counter(), "end": None}
         state.timeline.append(event)
-    if state.transport == "process_group":
+    recording = False
+    if buffer.layout != torch.sparse_coo:
         recording = state.record and state._calls.get(index, 0) < state.record_steps
-        if (state.dense_threshold == 0 and buffer.layout != torch.sparse_coo
-                and index not in state.bucket_modes and not recording):
-            state.bucket_modes[index] = "pg"
-        if (buffer.layout != torch.sparse_coo and state.bucket_modes.get(index) == "pg"
-                and not recording):
+        if state.dense_threshold == 0 and index not in state.bucket_modes and not recording:
+            state.bucket_modes[index] = "pg"  # every bucket qualifies: no first call on zen
+        if state.bucket_modes.get(index) == "pg" and not recording:
             if event is not None:
                 event["path"] = "pg"
             state._bucket_paths[index] = ("allreduce", params, None)
             return _pg_allreduce(state, buffer, world, event)
+    if state.transport == "process_group":
         return _pg_hook(state, bucket, buffer, index, params, world, event)
     future = torch.futures.Future()
 
@@ -992,7 +999,6 @@ def comm_hook(state, bucket):
         if event is not None:
             event["path"] = "sparse"
         name = f"bucket{index}"
-        params = bucket.parameters()
         if len(params) == 1:
             name = state.param_name(params[0], name)
         extra = {"dtype": _dtype_name(buffer.dtype)}
@@ -1026,15 +1032,6 @@ def comm_hook(state, bucket):
         state._seen_items.add(name)
         state.context.start(name, items, on_done=sparse_done)
         return future.then(_unwrap)
-
-    recording = state.record and state._calls.get(index, 0) < state.record_steps
-    if state.dense_threshold == 0 and index not in state.bucket_modes and not recording:
-        state.bucket_modes[index] = "pg"  # every bucket qualifies: no first call on zen
-    if state.bucket_modes.get(index) == "pg" and not recording:
-        if event is not None:
-            event["path"] = "pg"
-        state._bucket_paths[index] = ("allreduce", params, None)
-        return _pg_allreduce(state, buffer, world, event)
 
     error = _local_error(buffer)
     if not error and buffer.dtype == torch.float64:
@@ -1104,6 +1101,8 @@ def _pg_allreduce(state, buffer, world, event):
     else:
         sent = buffer.to(wire).div_(world)
     fut = dist.all_reduce(sent, group=group, async_op=True).get_future()
+    if sent is buffer and event is None:
+        return fut.then(_first_value)  # the steady state: nothing else to do
 
     def finish(f):
         if sent is not buffer:
@@ -1113,6 +1112,11 @@ def _pg_allreduce(state, buffer, world, event):
         return buffer
 
     return fut.then(finish)
+
+
+def _first_value(future):
+    """The tensor of an allreduce's future (its value is a list of one)."""
+    return future.value()[0]
 
 
 def _unwrap(future):
