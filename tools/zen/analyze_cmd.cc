@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "tools/zen/commands.h"
 #include "tools/zen/data_files.h"
@@ -35,9 +36,10 @@ constexpr const char* kUsage =
     "  --hash-seed S  seed of the hash partition (default 24301)\n"
     "  --bins B       overlap histogram bins (default 20)\n";
 
-void WriteText(const std::string& path, const std::string& text) {
+// The JSON figures, written to `path` as they are formed.
+void WriteJson(const std::string& path, const TraceAnalysis& analysis) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
+  WriteAnalysisJson(analysis, out);
   out.close();
   if (!out) throw InvalidArgument("cannot write '" + path + "'");
 }
@@ -95,15 +97,16 @@ int RunAnalyze(Args args, const Environment& env) {
   }
   TraceReader reader(flags.positional()[0]);
   const TraceAnalysis analysis = AnalyzeTrace(reader, options);
-  std::printf("%s", FormatAnalysisText(analysis).c_str());
-  const std::string json = AnalysisToJson(analysis);
+  // Written as it is formed (the report of 10^5 tensors is tens of MB).
+  WriteAnalysisText(analysis, std::cout);
+  std::cout.flush();
   std::string json_path = flags.Str("json", "");
-  if (!json_path.empty()) WriteText(json_path, json);
+  if (!json_path.empty()) WriteJson(json_path, analysis);
   if (auto dir = flags.Get("plot")) {
     fs::create_directories(*dir);
     if (json_path.empty()) {
       json_path = (fs::path(*dir) / "analysis.json").string();
-      WriteText(json_path, json);
+      WriteJson(json_path, analysis);
     }
     return Plot(flags, env, json_path, *dir);
   }

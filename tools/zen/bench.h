@@ -51,6 +51,12 @@ struct BenchConfig {
 // documented in docs/benchmark.md), the same on every rank.
 nlohmann::json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config);
 
+// InvalidArgument naming the shape, the bytes and `memory_bytes` when
+// `processes` float buffers of rows x width (--output dense, one per worker)
+// do not fit memory_bytes or overflow: refused up front, not a bare
+// std::bad_alloc or an OOM kill.
+void CheckDenseOutputFits(int64_t rows, int64_t width, uint64_t processes, uint64_t memory_bytes);
+
 // Combines the per-rank measurements of one scheme (or peer) into a report
 // row: slowest rank per iteration, max / mean bytes over ranks.
 nlohmann::json CombineRanks(const std::vector<nlohmann::json>& ranks);

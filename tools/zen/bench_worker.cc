@@ -17,8 +17,25 @@
 #include "zen/core/reduce.h"
 #include "zen/schemes/zen.h"
 #include "zen/testing/reference.h"
+#include "zen/workload/synthetic.h"
 
 namespace zen::cli {
+
+void CheckDenseOutputFits(int64_t rows, int64_t width, uint64_t processes, uint64_t memory_bytes) {
+  uint64_t elements = 0, bytes = 0, total = 0;
+  const bool exact = rows >= 0 && width >= 0 &&
+                     !__builtin_mul_overflow(static_cast<uint64_t>(rows),
+                                             static_cast<uint64_t>(width), &elements) &&
+                     !__builtin_mul_overflow(elements, sizeof(float), &bytes);
+  if (exact && !__builtin_mul_overflow(bytes, processes, &total) && total <= memory_bytes) return;
+  const std::string need =
+      exact ? std::to_string(bytes)
+            : detail::Concat("about ", static_cast<double>(rows) * static_cast<double>(width) * 4);
+  throw InvalidArgument(detail::Concat(
+      "--output dense: the [", rows, " x ", width, "] float32 result buffer needs ", need, " bytes",
+      processes > 1 ? detail::Concat(" in each of ", processes, " workers") : std::string(),
+      ", more than this machine's ", memory_bytes, " bytes of memory"));
+}
 namespace {
 
 using nlohmann::json;
@@ -71,6 +88,7 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
   auto* autoscheme = dynamic_cast<AutoScheme*>(scheme.get());
   std::vector<float> dense_out;
   if (config.output_dense) {
+    CheckDenseOutputFits(local.rows(), local.width(), 1, MachineMemoryBytes());
     dense_out.resize(static_cast<size_t>(local.rows()) * static_cast<size_t>(local.width()));
   }
   int warmup = config.warmup;

@@ -130,6 +130,19 @@ void ReapAfterSignal(std::map<pid_t, int>& rank_of, std::chrono::milliseconds gr
   }
 }
 
+// Sends `sig` to every process in `rank_of`, then SIGCONT (a stopped
+// process keeps a SIGTERM pending until continued: a worker stopped by a
+// debugger or SIGSTOP would otherwise be waited for forever), and reaps
+// them, with SIGKILL for those still running after `grace` (a worker that
+// ignores or handles the signal without exiting).
+void StopAll(std::map<pid_t, int>& rank_of, int sig, std::chrono::milliseconds grace) {
+  for (const auto& [p, _] : rank_of) {
+    kill(p, sig);
+    kill(p, SIGCONT);
+  }
+  ReapAfterSignal(rank_of, grace);
+}
+
 }  // namespace
 
 Interrupted::Interrupted(int sig)
@@ -211,7 +224,7 @@ TempDir::~TempDir() {
 }
 
 int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
-                       const std::string& what) {
+                       const std::string& what, std::chrono::milliseconds grace) {
   LauncherSignals::ThrowIfInterrupted();
   std::map<pid_t, int> rank_of;
   for (size_t r = 0; r < argv_per_rank.size(); ++r) {
@@ -222,8 +235,7 @@ int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_ran
   std::string failure;
   while (!rank_of.empty()) {
     if (LauncherSignals::Received()) {
-      for (const auto& [p, _] : rank_of) kill(p, LauncherSignals::Received());
-      ReapAfterSignal(rank_of, std::chrono::seconds(5));
+      StopAll(rank_of, LauncherSignals::Received(), grace);
       break;
     }
     int status = 0;
@@ -240,7 +252,7 @@ int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_ran
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && failed_rank < 0) {
       failed_rank = rank;
       failure = Status(status);
-      for (const auto& [other, _] : rank_of) kill(other, SIGTERM);
+      StopAll(rank_of, SIGTERM, grace);
     }
   }
   LauncherSignals::ThrowIfInterrupted();

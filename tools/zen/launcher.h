@@ -12,9 +12,13 @@
 //     (prctl(PR_SET_PDEATHSIG)), and exits at once if the parent is already
 //     gone when it gets there;
 //   - while a LauncherSignals object lives, SIGINT / SIGTERM / SIGHUP are
-//     forwarded to every child; the supervisor then waits for them (SIGKILL
-//     after 5 s) and throws Interrupted, so destructors run (temporary
-//     directories, testbed) and main() dies of the same signal;
+//     forwarded to every child (with SIGCONT, for stopped ones); the
+//     supervisor then waits for them (SIGKILL after 5 s) and throws
+//     Interrupted, so destructors run (temporary directories, testbed) and
+//     main() dies of the same signal;
+//   - when a worker fails, the others get SIGTERM and SIGCONT, then SIGKILL
+//     after 5 s (kStopGrace): a stopped or hung worker is never waited for
+//     forever;
 //   - a TempDir is also removed by a small guard process when the launcher
 //     is killed with SIGKILL (the guard sees its pipe from the launcher
 //     close).
@@ -30,6 +34,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +42,9 @@
 #include "tools/zen/commands.h"
 
 namespace zen::cli {
+
+// How long stopped workers get between SIGTERM and SIGKILL.
+inline constexpr std::chrono::milliseconds kStopGrace{5000};
 
 // The launcher got SIGINT / SIGTERM / SIGHUP; its children are stopped.
 class Interrupted : public std::runtime_error {
@@ -94,9 +102,13 @@ int LaunchLocalWorkers(Args args, int world, bool progress, const LaunchPlan& pl
 int LaunchMpiWorkers(Args args, int world);
 
 // Starts one process per argv (rank = position) and waits for all; the first
-// failure kills the rest and returns 1, naming `what` and the rank. Throws
-// Interrupted after stopping them when the launcher got a signal.
+// failure stops the rest and returns 1, naming `what` and the rank. Throws
+// Interrupted after stopping them when the launcher got a signal. Stopping
+// is SIGTERM (or the launcher's signal) and SIGCONT, then SIGKILL for any
+// process still there after `grace`: a stopped or hung worker never makes
+// the launcher wait forever.
 int SuperviseProcesses(const std::vector<std::vector<std::string>>& argv_per_rank,
-                       const std::string& what);
+                       const std::string& what,
+                       std::chrono::milliseconds grace = kStopGrace);
 
 }  // namespace zen::cli

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -50,8 +51,56 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
+namespace {
+
+// Every AutoOptions field that has a wrong value: InvalidArgument naming the
+// option and the value (auto divides by block_values and sample sizes, and
+// loops over trial rounds, long after construction).
+void ValidateAutoOptions(const AutoOptions& o, const SchemeRegistry& registry) {
+  ValidateSchemeOptions(o.scheme, "auto");
+  const auto fail = [](const auto&... parts) -> void {
+    throw InvalidArgument(Where{}, "auto: ", parts...);
+  };
+  if (o.profiler.schedule.warmup_calls < 1) {
+    fail("profiler.schedule.warmup_calls ", o.profiler.schedule.warmup_calls,
+         " must be >= 1 (the first call of a tensor is profiled)");
+  }
+  if (o.profiler.sample_ids < 1) fail("profiler.sample_ids ", o.profiler.sample_ids, " must be >= 1");
+  if (!(std::isfinite(o.network.bandwidth_bytes_per_s) && o.network.bandwidth_bytes_per_s > 0)) {
+    fail("network.bandwidth_bytes_per_s ", o.network.bandwidth_bytes_per_s,
+         " must be finite and > 0");
+  }
+  if (!(std::isfinite(o.network.latency_s) && o.network.latency_s >= 0)) {
+    fail("network.latency_s ", o.network.latency_s, " must be finite and >= 0");
+  }
+  if (o.trial.candidates < 0) fail("trial.candidates ", o.trial.candidates, " must be >= 0");
+  if (!(std::isfinite(o.trial.within) && o.trial.within >= 1)) {
+    fail("trial.within ", o.trial.within, " must be finite and >= 1");
+  }
+  if (o.trial.calls_each < 1) fail("trial.calls_each ", o.trial.calls_each, " must be >= 1");
+  if (!(std::isfinite(o.trial.drop) && o.trial.drop >= 1)) {
+    fail("trial.drop ", o.trial.drop, " must be finite and >= 1");
+  }
+  if (o.max_tensors < 1) fail("max_tensors ", o.max_tensors, " must be >= 1");
+  for (const std::string& c : o.candidates) {
+    const SchemeInfo* info = registry.Find(c);
+    if (!info || !info->cost) {
+      fail("candidate '", c, "' is not a registered scheme with a cost model (modeled: ",
+           [&] {
+             std::string ids;
+             for (const std::string& m : registry.modeled()) ids += (ids.empty() ? "" : ", ") + m;
+             return ids;
+           }(),
+           ")");
+    }
+  }
+}
+
+}  // namespace
+
 AutoScheme::AutoScheme(SchemeRegistry registry, AutoOptions options)
     : registry_(std::move(registry)), options_(std::move(options)) {
+  ValidateAutoOptions(options_, registry_);
   if (!options_.force.empty() && options_.force != "auto" && !registry_.Find(options_.force)) {
     registry_.Create(options_.force);  // throws InvalidArgument listing the known ids
   }

@@ -65,7 +65,7 @@ namespace zen {
 
 // How `auto` confirms the cost model's shortlist by timing it (see above).
 struct AutoTrialOptions {
-  int candidates = 3;     // at most this many; <= 1: the model's choice, untimed
+  int candidates = 3;     // at most this many (>= 0); 0 or 1: the model's choice, untimed
   double within = 4.0;    // only candidates predicted within this factor of the best
   int calls_each = 5;     // timed calls per candidate at most (>= 1)
   double drop = 1.5;      // after each round, candidates whose median exceeds

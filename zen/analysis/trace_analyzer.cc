@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <ostream>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
 
 #include "zen/core/error.h"
 
@@ -203,15 +207,12 @@ TensorAnalysis AnalyzeTensor(const std::string& name, int64_t rows, int64_t widt
 namespace {
 
 std::vector<BaseSummary> Summarize(const std::vector<TensorAnalysis>& tensors) {
-  std::vector<BaseSummary> out;
+  std::vector<BaseSummary> out;  // in order of first appearance
+  std::unordered_map<std::string_view, size_t> where;  // base -> position in out
   for (const TensorAnalysis& t : tensors) {
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const BaseSummary& s) { return s.base == t.base; });
-    if (it == out.end()) {
-      out.push_back(BaseSummary{t.base, 0, t.rows, t.width});
-      it = out.end() - 1;
-    }
-    BaseSummary& s = *it;
+    const auto [it, added] = where.try_emplace(t.base, out.size());
+    if (added) out.push_back(BaseSummary{t.base, 0, t.rows, t.width});
+    BaseSummary& s = out[it->second];
     ++s.tensors;
     s.mean_density += t.mean_density;
     s.union_density += t.union_density;
@@ -316,17 +317,56 @@ Json SummaryJson(const BaseSummary& s) {
 
 }  // namespace
 
+namespace {
+
+// `j.dump(1)` as a member of an array at depth 2 (the layout of the whole
+// document's dump(1)): each line indented two more spaces.
+void WriteNested(std::ostream& out, const Json& j) {
+  const std::string text = j.dump(1);
+  out << "  ";
+  for (char c : text) {
+    out << c;
+    if (c == '\n') out << "  ";
+  }
+}
+
+// A top-level array member `key` of `items`, one dump per item.
+template <typename T, typename F>
+void WriteArray(std::ostream& out, const char* key, const std::vector<T>& items, F&& to_json) {
+  out << " " << Json(key).dump() << ": [";
+  if (items.empty()) {
+    out << "]";
+    return;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    out << (i ? ",\n" : "\n");
+    WriteNested(out, to_json(items[i]));
+  }
+  out << "\n ]";
+}
+
+}  // namespace
+
+void WriteAnalysisJson(const TraceAnalysis& a, std::ostream& out) {
+  // The same text as one ordered_json document's dump(1), written one
+  // tensor at a time: memory does not grow with a tree of every tensor.
+  Json head;
+  head["trace"] = a.path;
+  head["world_size"] = a.world_size;
+  head["hash_seed"] = a.options.hash_seed;
+  head["overlap_bins"] = a.options.overlap_bins;
+  out << "{\n";
+  for (const auto& [k, v] : head.items()) out << " " << Json(k).dump() << ": " << v.dump(1) << ",\n";
+  WriteArray(out, "summary", a.summary, SummaryJson);
+  out << ",\n";
+  WriteArray(out, "tensors", a.tensors, TensorJson);
+  out << "\n}\n";
+}
+
 std::string AnalysisToJson(const TraceAnalysis& a) {
-  Json j;
-  j["trace"] = a.path;
-  j["world_size"] = a.world_size;
-  j["hash_seed"] = a.options.hash_seed;
-  j["overlap_bins"] = a.options.overlap_bins;
-  j["summary"] = Json::array();
-  for (const BaseSummary& s : a.summary) j["summary"].push_back(SummaryJson(s));
-  j["tensors"] = Json::array();
-  for (const TensorAnalysis& t : a.tensors) j["tensors"].push_back(TensorJson(t));
-  return j.dump(1) + "\n";
+  std::ostringstream out;
+  WriteAnalysisJson(a, out);
+  return out.str();
 }
 
 // --- text ------------------------------------------------------------------
@@ -367,13 +407,18 @@ void AppendTensor(std::string& out, const TensorAnalysis& t) {
 
 }  // namespace
 
-std::string FormatAnalysisText(const TraceAnalysis& a) {
+void WriteAnalysisText(const TraceAnalysis& a, std::ostream& stream) {
   std::string out;
+  const auto flush = [&] {
+    stream << out;
+    out.clear();
+  };
   Appendf(out, "trace %s: %d ranks, %zu tensors\n\n", a.path.c_str(), a.world_size,
           a.tensors.size());
   for (const TensorAnalysis& t : a.tensors) {
     AppendTensor(out, t);
     out += "\n";
+    if (out.size() >= (size_t{1} << 16)) flush();
   }
   out += "summary (means over tensors of one name)\n";
   Appendf(out, "%-24s %5s %10s %6s %8s %8s %8s %7s %7s %6s %6s %6s %6s\n", "tensor", "steps",
@@ -385,8 +430,15 @@ std::string FormatAnalysisText(const TraceAnalysis& a) {
         s.base.c_str(), s.tensors, static_cast<long long>(s.rows), static_cast<long long>(s.width),
         100 * s.mean_density, 100 * s.union_density, s.gamma_n, s.mean_skewness,
         100 * s.first_of_8_share, s.range_push, s.range_pull, s.hash_push, s.hash_pull);
+    if (out.size() >= (size_t{1} << 16)) flush();
   }
-  return out;
+  flush();
+}
+
+std::string FormatAnalysisText(const TraceAnalysis& a) {
+  std::ostringstream out;
+  WriteAnalysisText(a, out);
+  return out.str();
 }
 
 }  // namespace zen

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <span>
 #include <string>
 #include <vector>
@@ -118,5 +119,9 @@ TraceAnalysis AnalyzeTrace(TraceReader& reader, const AnalyzerOptions& options);
 
 std::string AnalysisToJson(const TraceAnalysis& analysis);
 std::string FormatAnalysisText(const TraceAnalysis& analysis);
+// The same texts written to `out` as they are formed, one tensor at a time
+// (a trace of 10^5 tensors makes hundreds of MB of JSON).
+void WriteAnalysisJson(const TraceAnalysis& analysis, std::ostream& out);
+void WriteAnalysisText(const TraceAnalysis& analysis, std::ostream& out);
 
 }  // namespace zen

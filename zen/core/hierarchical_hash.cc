@@ -84,7 +84,7 @@ struct HierarchicalHashPartitioner::Tables {
 };
 
 HierarchicalHashPartitioner::HierarchicalHashPartitioner(int threads, HierarchicalHashConfig config)
-    : threads_(EffectiveThreads(threads)),
+    : threads_(CheckedThreads(threads, "hierarchical partitioner: threads")),
       config_(config),
       tables_(std::make_unique<Tables>(threads_)) {
   if (config_.hashes < 1 || config_.hashes > kMaxHashes) {

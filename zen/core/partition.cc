@@ -254,6 +254,14 @@ int EffectiveThreads(int threads) {
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
+int CheckedThreads(int threads, std::string_view what) {
+  if (threads < 0 || threads > kMaxThreads) {
+    throw InvalidArgument(Where{}, what, " ", threads, " is outside [0, ", kMaxThreads,
+                          "] (0 = one per hardware thread)");
+  }
+  return EffectiveThreads(threads);
+}
+
 int ChunkCount(int threads, int64_t items, int64_t min_chunk) {
   const int64_t by_size = std::max<int64_t>(1, items / std::max<int64_t>(1, min_chunk));
   return static_cast<int>(std::min<int64_t>(std::max(1, EffectiveThreads(threads)), by_size));
@@ -283,7 +291,8 @@ struct CountingPartitioner::Scratch {
 };
 
 CountingPartitioner::CountingPartitioner(int threads)
-    : threads_(EffectiveThreads(threads)), scratch_(std::make_unique<Scratch>(threads_)) {}
+    : threads_(CheckedThreads(threads, "counting partitioner: threads")),
+      scratch_(std::make_unique<Scratch>(threads_)) {}
 
 CountingPartitioner::~CountingPartitioner() = default;
 

@@ -291,6 +291,17 @@ inline void CopyRow(float* dst, const float* src, int64_t width) {
 // 0 -> std::thread::hardware_concurrency() (at least 1); otherwise threads.
 int EffectiveThreads(int threads);
 
+// The most threads one object (a scheme, a partitioner, a top-k selector)
+// may run: each is a kernel thread with its own stack, and a count far above
+// the machine's cores is a mistake that would otherwise end in a bare
+// "Resource temporarily unavailable" from the first parallel call.
+inline constexpr int kMaxThreads = 1024;
+
+// A `threads` option checked and resolved: 0 -> EffectiveThreads(0), else
+// it must be in [1, kMaxThreads]; InvalidArgument naming `what` (the option,
+// e.g. "zen: threads") and the value otherwise.
+int CheckedThreads(int threads, std::string_view what);
+
 // The number of chunks ParallelChunks would use.
 int ChunkCount(int threads, int64_t items, int64_t min_chunk);
 

@@ -12,6 +12,7 @@
 
 #include "zen/core/checked.h"
 #include "zen/core/float_scan.h"
+#include "zen/core/partition.h"
 #include "zen/core/worker_pool.h"
 
 namespace zen {
@@ -183,8 +184,7 @@ size_t TopKCount(size_t n, double ratio, const Where& where) {
 }
 
 TopKSelector::TopKSelector(int threads, TopKOptions options)
-    : threads_(threads > 0 ? threads
-                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+    : threads_(CheckedThreads(threads, "TopKSelector: threads")),
       options_(options),
       impl_(std::make_unique<Impl>(threads_)) {
   impl_->rng = options_.seed;

@@ -1,21 +1,40 @@
 // zen/core/worker_pool.cc — see worker_pool.h.
 #include "zen/core/worker_pool.h"
 
+#include <system_error>
+
+#include "zen/core/error.h"
+
 namespace zen {
 
-WorkerPool::~WorkerPool() {
+WorkerPool::~WorkerPool() { StopWorkers(); }
+
+void WorkerPool::Start() {
+  if (!workers_.empty()) return;
+  workers_.reserve(static_cast<size_t>(threads_ - 1));
+  for (int i = 0; i + 1 < threads_; ++i) {
+    try {
+      workers_.emplace_back([this, i] { Loop(i); });
+    } catch (const std::system_error& e) {
+      // A pool with fewer workers than parts would wait for the missing
+      // ones forever: stop those started and say why, naming the count.
+      StopWorkers();
+      throw InvalidArgument(Where{}, "cannot start worker thread ", i + 1, " of ", threads_ - 1,
+                            " (threads ", threads_, "): ", e.what(), "; ask for fewer threads");
+    }
+  }
+}
+
+void WorkerPool::StopWorkers() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   start_.notify_all();
   for (std::thread& w : workers_) w.join();
-}
-
-void WorkerPool::Start() {
-  if (!workers_.empty()) return;
-  workers_.reserve(static_cast<size_t>(threads_ - 1));
-  for (int i = 0; i + 1 < threads_; ++i) workers_.emplace_back([this, i] { Loop(i); });
+  workers_.clear();
+  std::lock_guard lock(mu_);
+  stop_ = false;
 }
 
 void WorkerPool::Dispatch(int parts, const FnRef& fn) {

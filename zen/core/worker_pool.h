@@ -72,6 +72,7 @@ class WorkerPool {
   };
 
   void Start();  // the workers, once
+  void StopWorkers();  // joins the workers started (the pool may start again)
   void Dispatch(int parts, const FnRef& fn);
   void Loop(int index);
 

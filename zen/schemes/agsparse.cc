@@ -66,7 +66,10 @@ class AgSparse final : public Scheme {
 SchemeInfo AgSparseInfo() {
   SchemeInfo info{"agsparse",
                   "AllGather of COO ids and values, merged locally (PyTorch Gloo / Horovod / DeepSpeed)",
-                  [](const SchemeOptions&) { return std::make_unique<AgSparse>(); }};
+                  [](const SchemeOptions& o) {
+            ValidateSchemeOptions(o, "agsparse");
+            return std::make_unique<AgSparse>();
+          }};
   info.rank_order = true;  // every rank merges all gathered tensors in rank order
   return info;
 }

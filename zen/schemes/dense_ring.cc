@@ -118,7 +118,10 @@ class DenseRing final : public Scheme {
 
 SchemeInfo DenseRingInfo() {
   return {"dense", "dense ring AllReduce (reduce-scatter + allgather) of the densified tensor",
-          [](const SchemeOptions&) { return std::make_unique<DenseRing>(); }};
+          [](const SchemeOptions& o) {
+            ValidateSchemeOptions(o, "dense");
+            return std::make_unique<DenseRing>();
+          }};
 }
 
 }  // namespace zen

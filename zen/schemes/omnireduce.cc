@@ -41,9 +41,7 @@ struct Geometry {
   }
 };
 
-// A block is at most 2^30 values (4 GiB of floats): record sizes then fit
-// size_t with room to spare.
-constexpr int64_t kMaxBlockValues = int64_t{1} << 30;
+constexpr int64_t kMaxBlockValues = SchemeOptions::kMaxBlockValues;
 
 void CheckBlockValues(int64_t block_values) {
   if (block_values < 1 || block_values > kMaxBlockValues) {
@@ -210,8 +208,8 @@ void DecodeInto(const Geometry& g, const std::vector<Record>& records, std::vect
 
 class OmniReduce final : public Scheme {
  public:
-  explicit OmniReduce(int64_t block_values) : block_values_(block_values) {
-    CheckBlockValues(block_values);
+  explicit OmniReduce(const SchemeOptions& options) : block_values_(options.block_values) {
+    ValidateSchemeOptions(options, "omnireduce");
   }
   std::string_view name() const override { return "omnireduce"; }
   // The block size: a rank with another one cuts the tensor into other
@@ -280,7 +278,7 @@ size_t OmniBlockRecordBytes(int64_t block, int64_t rows, int64_t width, int64_t 
 
 SchemeInfo OmniReduceInfo() {
   SchemeInfo info{"omnireduce", kDescription,
-                  [](const SchemeOptions& o) { return std::make_unique<OmniReduce>(o.block_values); }};
+                  [](const SchemeOptions& o) { return std::make_unique<OmniReduce>(o); }};
   info.rank_order = true;  // each block's owner adds the ranks' blocks in rank order
   return info;
 }

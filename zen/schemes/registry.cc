@@ -43,6 +43,7 @@ std::unique_ptr<Scheme> SchemeRegistry::Create(std::string_view id,
     for (const auto& s : schemes_) known += (known.empty() ? "" : ", ") + s.id;
     throw InvalidArgument("unknown scheme '" + std::string(id) + "' (known: " + known + ")");
   }
+  ValidateSchemeOptions(options, info->id);
   std::unique_ptr<Scheme> scheme = info->factory(options);
   scheme->set_check_agreement(options.check_agreement);
   return scheme;

@@ -9,8 +9,30 @@
 
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/core/partition.h"
 
 namespace zen {
+
+void ValidateSchemeOptions(const SchemeOptions& options, std::string_view scheme) {
+  if (options.block_values < 1 || options.block_values > SchemeOptions::kMaxBlockValues) {
+    throw InvalidArgument(Where{}, scheme, ": block_values ", options.block_values,
+                          " is outside [1, 2^30]");
+  }
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    throw InvalidArgument(Where{}, scheme, ": threads ", options.threads, " is outside [0, ",
+                          kMaxThreads, "] (0 = one per hardware thread)");
+  }
+  switch (options.wire_values) {
+    case WireValues::kFloat32:
+    case WireValues::kBfloat16:
+    case WireValues::kFloat16:
+      break;
+    default:
+      throw InvalidArgument(Where{}, scheme, ": wire_values ",
+                            static_cast<int>(options.wire_values),
+                            " is not one of float32 (0), bfloat16 (1), float16 (2)");
+  }
+}
 namespace {
 
 constexpr uint64_t kMetaMagic = 0x7A656E6D65746132ULL;  // "zenmeta2"

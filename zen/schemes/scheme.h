@@ -58,12 +58,26 @@ struct SchemeOptions {
   // agrees on every call by other means (the engine's batch round does):
   // without it, ranks out of step or with different shapes are not caught.
   bool check_agreement = true;
-  int64_t block_values = 256;     // block size (OmniReduce)
-  int threads = 0;                // local worker threads; 0 = hardware concurrency
+  int64_t block_values = 256;     // block size (OmniReduce, auto's profile): [1, kMaxBlockValues]
+  int threads = 0;                // local worker threads; 0 = hardware concurrency,
+                                  // at most kMaxThreads (partition.h)
   // Values on the wire (ZEN only; other schemes send float32 and the
   // engine refuses them anything else): see hash_bitmap.h.
   WireValues wire_values = WireValues::kFloat32;
+
+  // A block is at most 2^30 values (4 GiB of floats): record sizes then fit
+  // size_t with room to spare.
+  static constexpr int64_t kMaxBlockValues = int64_t{1} << 30;
 };
+
+// Checks every field of `options` for scheme `scheme` (the id, for the
+// message): block_values in [1, kMaxBlockValues], threads in [0,
+// kMaxThreads], wire_values one of WireValues. InvalidArgument naming the
+// scheme, the option and its value; every factory calls it (through
+// SchemeRegistry::Create and in the schemes' constructors), whether or not
+// the scheme uses the option, so that a wrong value is caught where it is
+// given, not as a crash of the call that first divides by it.
+void ValidateSchemeOptions(const SchemeOptions& options, std::string_view scheme);
 
 class Scheme {
  public:

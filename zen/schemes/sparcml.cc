@@ -329,7 +329,10 @@ size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width) {
 
 SchemeInfo SparcmlInfo() {
   return {"sparcml", kDescription,
-          [](const SchemeOptions&) { return std::make_unique<Sparcml>(); }};
+          [](const SchemeOptions& o) {
+            ValidateSchemeOptions(o, "sparcml");
+            return std::make_unique<Sparcml>();
+          }};
 }
 
 }  // namespace zen

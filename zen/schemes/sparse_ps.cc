@@ -105,7 +105,10 @@ class SparsePs final : public Scheme {
 
 SchemeInfo SparsePsInfo() {
   return {"sparse_ps", kDescription,
-          [](const SchemeOptions&) { return std::make_unique<SparsePs>(); }};
+          [](const SchemeOptions& o) {
+            ValidateSchemeOptions(o, "sparse_ps");
+            return std::make_unique<SparsePs>();
+          }};
 }
 
 }  // namespace zen

@@ -65,8 +65,27 @@ void CheckNotFailed(const ByteBuffer& message, const char* round, int peer, cons
 
 }  // namespace
 
+namespace {
+
+// `options` after ValidateSchemeOptions, and the config's enums checked:
+// the constructor's first member initializer.
+const SchemeOptions& Validated(const SchemeOptions& options, const ZenConfig& config) {
+  ValidateSchemeOptions(options, "zen");
+  if (config.ownership != ZenOwnership::kHash && config.ownership != ZenOwnership::kRange) {
+    throw InvalidArgument(Where{}, "zen: ownership ", static_cast<int>(config.ownership),
+                          " is not hash (0) or range (1)");
+  }
+  if (static_cast<int>(config.pull_encoding) > static_cast<int>(EncodingChoice::kEliasFano)) {
+    throw InvalidArgument(Where{}, "zen: pull_encoding ", static_cast<int>(config.pull_encoding),
+                          " is not an EncodingChoice");
+  }
+  return options;
+}
+
+}  // namespace
+
 ZenScheme::ZenScheme(const SchemeOptions& options, ZenConfig config)
-    : options_(options),
+    : options_(Validated(options, config)),
       config_(std::move(config)),
       threads_(EffectiveThreads(options.threads)),
       sparse_partitioner_(MakePartitioner("counting", threads_)),

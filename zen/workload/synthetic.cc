@@ -1,5 +1,7 @@
 #include "zen/workload/synthetic.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -61,6 +63,13 @@ uint64_t ParseSeed(std::string_view key, std::string_view value) {
 template <typename T>
 void Allocate(std::vector<T>& v, size_t n, const SyntheticSpec& spec, int rank,
               std::string_view what) {
+  // Refused up front when more than the machine has: overcommit would grant
+  // it, and the process would be killed when the pages are touched.
+  if (const uint64_t memory = MachineMemoryBytes(); n > memory / sizeof(T)) {
+    throw InvalidArgument(Where{rank, "synthetic"}, ToString(spec), ": ", what, " needs ", n,
+                          " x ", sizeof(T), " bytes: more than this machine's ", memory,
+                          " bytes of memory");
+  }
   try {
     v.resize(n);
   } catch (const std::bad_alloc&) {
@@ -118,12 +127,28 @@ std::string ToString(const SyntheticSpec& s) {
   return os.str();
 }
 
+namespace {
+
+// The rows a rank holds (GenerateSyntheticRank's nnz).
+int64_t SyntheticNnz(const SyntheticSpec& spec) {
+  const double want = spec.density * static_cast<double>(spec.rows);
+  return want >= static_cast<double>(spec.rows) ? spec.rows : std::llround(want);
+}
+
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  uint64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? UINT64_MAX : out;
+}
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+}  // namespace
+
 SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank) {
   Validate(spec);
   // density x rows rounds to at most rows; for rows near 2^63 the double is
   // 2^63, which llround cannot return.
-  const double want = spec.density * static_cast<double>(spec.rows);
-  const int64_t nnz = want >= static_cast<double>(spec.rows) ? spec.rows : std::llround(want);
+  const int64_t nnz = SyntheticNnz(spec);
   std::mt19937_64 rng(spec.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(rank) + 1);
   std::vector<int64_t> ids;
   if (nnz >= spec.rows) {
@@ -159,7 +184,41 @@ SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank) {
                                   "synthetic");
 }
 
+
+uint64_t SyntheticTensorBytes(const SyntheticSpec& spec) {
+  Validate(spec);
+  const auto nnz = static_cast<uint64_t>(SyntheticNnz(spec));
+  const uint64_t row = SaturatingAdd(sizeof(int64_t),
+                                     SaturatingMul(static_cast<uint64_t>(spec.width), sizeof(float)));
+  return SaturatingMul(nnz, row);
+}
+
+uint64_t SyntheticPeakBytes(const SyntheticSpec& spec) {
+  const bool sampling = SyntheticNnz(spec) > 0 && SyntheticNnz(spec) < spec.rows;
+  return SaturatingAdd(SyntheticTensorBytes(spec),
+                       sampling ? SaturatingMul(static_cast<uint64_t>(spec.rows), 16) : 0);
+}
+
+void CheckSyntheticFits(const SyntheticSpec& spec, uint64_t tensors, uint64_t memory_bytes) {
+  const uint64_t one = SyntheticTensorBytes(spec);
+  const uint64_t need = SaturatingAdd(SaturatingMul(tensors, one), SyntheticPeakBytes(spec) - one);
+  if (need > memory_bytes) {
+    throw InvalidArgument(Where{-1, "synthetic"}, ToString(spec), ": ", tensors,
+                          " tensors of ", one, " bytes (ids and values) need ",
+                          need == UINT64_MAX ? std::string("more than 2^64") : std::to_string(need),
+                          " bytes, more than this machine's ", memory_bytes,
+                          " bytes of memory");
+  }
+}
+
+uint64_t MachineMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return UINT64_MAX;
+  return SaturatingMul(static_cast<uint64_t>(pages), static_cast<uint64_t>(page));
+}
+
 std::vector<SparseTensor> GenerateSynthetic(const SyntheticSpec& spec, int world) {
+  CheckSyntheticFits(spec, static_cast<uint64_t>(std::max(world, 1)), MachineMemoryBytes());
   std::vector<SparseTensor> out;
   out.reserve(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) out.push_back(GenerateSyntheticRank(spec, r));

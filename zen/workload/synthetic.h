@@ -44,6 +44,23 @@ std::string ToString(const SyntheticSpec& spec);
 // A spec too large for memory is InvalidArgument naming rank, spec and
 // bytes, never std::bad_alloc.
 SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank);
+// All ranks' tensors; `world` of them must fit this machine's memory
+// (CheckSyntheticFits), checked before anything is allocated.
 std::vector<SparseTensor> GenerateSynthetic(const SyntheticSpec& spec, int world);
+
+// Bytes of one rank's tensor (ids and values) and of the generator's peak
+// for one rank (plus 16 bytes per row while sampling); saturating at
+// UINT64_MAX.
+uint64_t SyntheticTensorBytes(const SyntheticSpec& spec);
+uint64_t SyntheticPeakBytes(const SyntheticSpec& spec);
+
+// InvalidArgument naming the spec, the bytes and `memory_bytes` when
+// `tensors` tensors of `spec` (plus one generator's peak) exceed
+// memory_bytes: a spec too large is refused up front, where allocating it
+// would be granted by overcommit and end in an OOM kill.
+void CheckSyntheticFits(const SyntheticSpec& spec, uint64_t tensors, uint64_t memory_bytes);
+
+// This machine's physical memory in bytes (sysconf); UINT64_MAX when unknown.
+uint64_t MachineMemoryBytes();
 
 }  // namespace zen

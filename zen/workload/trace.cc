@@ -1,12 +1,18 @@
 #include "zen/workload/trace.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <random>
+#include <system_error>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 #include <utility>
 
 #include "zen/core/checked.h"
@@ -407,12 +413,11 @@ void TraceReader::ParseHeader(std::string_view text, uint64_t data_begin, uint64
   }
   tensors_ = std::move(tensors);
   slots_ = std::move(slots);
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
 }
 
 const TraceTensorInfo& TraceReader::info(std::string_view tensor) const {
-  for (const TraceTensorInfo& t : tensors_) {
-    if (t.name == tensor) return t;
-  }
+  if (const auto it = by_name_.find(tensor); it != by_name_.end()) return tensors_[it->second];
   throw InvalidArgument(Where{-1, tensor}, FileWhere(path_), "no such tensor (", tensors_.size(),
                         " tensors)");
 }
@@ -504,10 +509,14 @@ void CheckWritable(const Trace& trace, const TraceWriteOptions& options) {
       throw InvalidArgument("WriteTrace: metadata key '" + k + "' is reserved");
     }
   }
+  std::unordered_set<std::string_view> names;
   for (size_t t = 0; t < trace.tensors.size(); ++t) {
     const TraceTensorInfo& info = trace.tensors[t];
     if (!IsValidTraceTensorName(info.name)) {
       throw InvalidArgument(Where{-1, info.name}, "not a valid trace tensor name");
+    }
+    if (!names.insert(info.name).second) {
+      throw InvalidArgument(Where{-1, info.name}, "is listed twice");
     }
     if (trace.data[t].size() != static_cast<size_t>(trace.world_size)) {
       throw InvalidArgument(Where{-1, info.name}, "has ", trace.data[t].size(),
@@ -528,59 +537,163 @@ void CheckWritable(const Trace& trace, const TraceWriteOptions& options) {
   }
 }
 
-void WriteAll(std::ofstream& out, const void* data, size_t bytes, const std::string& path) {
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!out) throw InvalidArgument("WriteTrace: writing '" + path + "' failed");
-}
+// The strerror text of errno `e`.
+std::string ErrnoText(int e) { return std::error_code(e, std::generic_category()).message(); }
+
+// A file being written as `path`'s replacement: a new file in the same
+// directory (so that rename is atomic), written through a buffer, fsynced,
+// then renamed over `path`; the directory is fsynced after. Until Commit
+// succeeds, `path` is untouched; a failure removes the new file. Creating
+// it (a directory that does not exist or cannot be written) is
+// InvalidArgument, as for any path that cannot be written; writing,
+// fsync and rename failures (a full disk, a quota, a file size limit, EIO)
+// are zen::Error naming the path, the step, the bytes written and errno,
+// and saying that the old file is unchanged.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path) : path_(path) {
+    const std::filesystem::path target(path);
+    std::filesystem::path dir = target.parent_path();
+    if (dir.empty()) dir = ".";
+    dir_ = dir.string();
+    std::random_device rd;
+    for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
+      std::string name = ".";
+      name += target.filename().string();
+      name += detail::Concat(".", ::getpid(), ".", rd(), ".tmp");
+      tmp_ = (dir / name).string();
+      // 0666 less the umask, as for any new file; O_EXCL: never an existing
+      // file or link under that name.
+      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+      if (fd_ < 0 && errno != EEXIST) break;
+    }
+    if (fd_ < 0) {
+      throw InvalidArgument("WriteTrace: cannot create a file in '" + dir_ + "' to write '" +
+                            path + "': " + ErrnoText(errno));
+    }
+    buffer_.reserve(kBuffer);
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+
+  void Write(const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      if (buffer_.size() == kBuffer) Flush();
+      const size_t n = std::min(bytes, kBuffer - buffer_.size());
+      buffer_.append(p, n);
+      p += n;
+      bytes -= n;
+    }
+  }
+
+  void Commit() {
+    Flush();
+    if (::fsync(fd_) != 0) Fail("fsync of", errno);
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) Fail("close of", errno);
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) Fail("rename onto", errno);
+    committed_ = true;
+    // The rename itself reaches the disk with the directory.
+    const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  static constexpr size_t kBuffer = size_t{1} << 20;
+
+  void Flush() {
+    size_t done = 0;
+    while (done < buffer_.size()) {
+      const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) Fail("writing", n < 0 ? errno : ENOSPC);
+      done += static_cast<size_t>(n);
+      written_ += static_cast<uint64_t>(n);
+    }
+    buffer_.clear();
+  }
+
+  [[noreturn]] void Fail(const char* step, int e) {
+    throw Error(detail::Concat("WriteTrace: ", step, " '", path_, "' failed after ", written_,
+                               " bytes: ", ErrnoText(e), " (errno ", e, "); '", path_,
+                               "' is unchanged"));
+  }
+
+  std::string path_, dir_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  uint64_t written_ = 0;
+  std::string buffer_;
+};
 
 }  // namespace
 
 void WriteTrace(const std::string& path, const Trace& trace, const TraceWriteOptions& options) {
   CheckWritable(trace, options);
   const bool i32 = options.index_type == TraceIndexType::kI32;
-  OrderedJson header;
-  OrderedJson meta;
-  meta["format"] = std::string(kTraceFormat);
-  meta["world_size"] = std::to_string(trace.world_size);
+  // The header as text, one member at a time (an ordered_json object looks
+  // each new key up linearly: quadratic in the tensors); names are unique
+  // (CheckWritable) and metadata keys cannot collide with "<name>.shape".
+  const auto member = [](std::string& out, std::string_view key, const auto& value) {
+    out += out.empty() ? "{" : ",";
+    out += Json(key).dump();
+    out += ':';
+    out += OrderedJson(value).dump();
+  };
+  std::string meta;
+  member(meta, "format", std::string(kTraceFormat));
+  member(meta, "world_size", std::to_string(trace.world_size));
   for (const TraceTensorInfo& info : trace.tensors) {
-    meta[info.name + ".shape"] = detail::Concat("[", info.rows, ", ", info.width, "]");
+    member(meta, info.name + ".shape", detail::Concat("[", info.rows, ", ", info.width, "]"));
   }
-  for (const auto& [k, v] : trace.metadata) meta[k] = v;
-  header["__metadata__"] = meta;
+  for (const auto& [k, v] : trace.metadata) member(meta, k, v);
+  std::string text = "{\"__metadata__\":" + meta + "}";
   uint64_t at = 0;
   for (size_t t = 0; t < trace.tensors.size(); ++t) {
     for (size_t r = 0; r < trace.data[t].size(); ++r) {
       const SparseTensor& s = trace.data[t][r];
       const std::string key = detail::Concat(trace.tensors[t].name, "/", r, "/");
       const uint64_t ib = s.nnz() * (i32 ? 4 : 8), vb = s.values().size() * sizeof(float);
-      header[key + "indices"] = {
-          {"dtype", i32 ? "I32" : "I64"}, {"shape", {s.nnz()}}, {"data_offsets", {at, at + ib}}};
+      member(text, key + "indices",
+             OrderedJson{{"dtype", i32 ? "I32" : "I64"},
+                         {"shape", {s.nnz()}},
+                         {"data_offsets", {at, at + ib}}});
       at += ib;
-      header[key + "values"] = {
-          {"dtype", "F32"}, {"shape", {s.nnz(), s.width()}}, {"data_offsets", {at, at + vb}}};
+      member(text, key + "values",
+             OrderedJson{{"dtype", "F32"},
+                         {"shape", {s.nnz(), s.width()}},
+                         {"data_offsets", {at, at + vb}}});
       at += vb;
     }
   }
-  std::string text = header.dump();
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InvalidArgument("WriteTrace: cannot open '" + path + "' for writing");
+  AtomicFile out(path);
   const uint64_t len = text.size();
-  WriteAll(out, &len, 8, path);
-  WriteAll(out, text.data(), text.size(), path);
+  out.Write(&len, 8);
+  out.Write(text.data(), text.size());
+  std::vector<int32_t> narrow;
   for (size_t t = 0; t < trace.tensors.size(); ++t) {
     for (const SparseTensor& s : trace.data[t]) {
       if (i32) {
-        std::vector<int32_t> narrow(s.ids().begin(), s.ids().end());
-        WriteAll(out, narrow.data(), narrow.size() * 4, path);
+        narrow.assign(s.ids().begin(), s.ids().end());
+        out.Write(narrow.data(), narrow.size() * 4);
       } else {
-        WriteAll(out, s.ids().data(), s.nnz() * 8, path);
+        out.Write(s.ids().data(), s.nnz() * 8);
       }
-      WriteAll(out, s.values().data(), s.values().size() * sizeof(float), path);
+      out.Write(s.values().data(), s.values().size() * sizeof(float));
     }
   }
-  out.close();
-  if (!out) throw InvalidArgument("WriteTrace: closing '" + path + "' failed");
+  out.Commit();
 }
 
 }  // namespace zen

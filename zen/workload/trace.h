@@ -120,6 +120,7 @@ class TraceReader {
   int world_size_ = 0;
   std::vector<TraceTensorInfo> tensors_;
   std::vector<std::vector<Slot>> slots_;  // [tensor][rank]
+  std::map<std::string, size_t, std::less<>> by_name_;  // name -> index in tensors_
   std::map<std::string, std::string> metadata_;
 };
 
@@ -133,9 +134,15 @@ struct TraceWriteOptions {
   TraceIndexType index_type = TraceIndexType::kI64;
 };
 
-// Writes trace as `zen-trace/1`, tensors in trace.tensors order. An
-// inconsistent trace (data not matching tensors, reserved metadata keys) or a
-// path that cannot be written is InvalidArgument naming the tensor or path.
+// Writes trace as `zen-trace/1`, tensors in trace.tensors order, atomically:
+// to a new file in path's directory, fsynced, then renamed over path, so that
+// path holds the old file or the whole new one, never a truncated one. An
+// inconsistent trace (data not matching tensors, a name listed twice,
+// reserved metadata keys) or a directory where the new file cannot be
+// created is InvalidArgument naming the tensor or path. A failure while
+// writing, syncing or renaming (a full disk, a quota, a file size limit, an
+// I/O error) is zen::Error naming the path, the bytes written and errno; the
+// old file at path is then unchanged and nothing else is left behind.
 void WriteTrace(const std::string& path, const Trace& trace, const TraceWriteOptions& options = {});
 
 }  // namespace zen
