@@ -21,7 +21,8 @@ def job(request, session_tmp):
     results, log = run_ranks(session_tmp.mktemp(f"world{world}"), world,
                              ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp",
                               "values_pg", "values", "ddp_flags", "subgroups", "compiled",
-                              "wrong_sums", "decisions", "pg_transport"])
+                              "wrong_sums", "decisions", "pg_transport",
+                              "record_fail"])
     return world, results, log
 
 

@@ -213,3 +213,14 @@ def test_process_group_transport(job):
     for per_rank in check(job, "pg_transport"):
         for key, run in per_rank["ddp"].items():
             assert run["inexact"] == [] and run["losses"] == run["ref"], (key, run)
+
+
+def test_record_on_a_full_disk_raises_everywhere_and_keeps_the_trace(job):
+    # ZenState(record=...) when rank 0's disk fills (its file size limit just
+    # above the step-0 trace): the step-1 rewrite fails, every rank raises
+    # zen.Error in that same call (not rank 0 alone and a peer's "connection
+    # closed" a step later), and the file keeps step 0 whole, readable by
+    # `zen analyze` (zen_worker.scenario_record_fail; issue 41, D1).
+    for per_rank in check(job, "record_fail"):
+        for message in per_rank.values():
+            assert "could not write the trace" in message, per_rank

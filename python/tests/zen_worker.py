@@ -916,6 +916,49 @@ def scenario_pg_transport(rank, world):
     return out
 
 
+def scenario_record_fail(rank, world):
+    """ZenState(record=...) on a disk that fills up (rank 0's file size
+    limit set just above the trace after step 0): the rewrite at step 1
+    fails, every rank raises in that same call, and the file keeps step 0's
+    whole trace, which `zen analyze` still reads (issue 41, D1)."""
+    import resource
+    import signal
+    import subprocess
+    import tempfile
+    out = {}
+    for sparse in (False, True):
+        path_obj = [os.path.join(tempfile.mkdtemp(), "trace.safetensors") if rank == 0 else None]
+        dist.broadcast_object_list(path_obj, src=0)
+        path = path_obj[0]
+        torch.manual_seed(0)
+        model = Net(sparse)
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+        zen.torch.register(ddp, record=path, record_steps=3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        run_steps(ddp, opt, rank, 1)
+        dist.barrier()
+        limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if rank == 0:
+            before = open(path, "rb").read()
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of the signal
+            resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 64, limits[1]))
+        try:
+            message = expect(Exception, lambda: run_steps(ddp, opt, rank, 1),
+                             "could not write the trace")
+        finally:
+            if rank == 0:
+                resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        out[f"sparse={sparse}"] = message
+        if rank == 0:
+            assert open(path, "rb").read() == before, "the trace changed"
+            zen_cli = os.path.join(os.environ.get("ZEN_BUILD", "build"), "bin", "zen")
+            text = subprocess.run([zen_cli, "analyze", path], capture_output=True, text=True,
+                                  check=True).stdout
+            assert "step0.emb.weight" in text and "step1." not in text, text
+        dist.barrier()
+    return out
+
+
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
              "mismatch": scenario_mismatch, "drift": scenario_drift,
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
@@ -923,7 +966,7 @@ SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_a
              "values": scenario_values, "ddp_flags": scenario_ddp_flags,
              "subgroups": scenario_subgroups, "compiled": scenario_compiled,
              "wrong_sums": scenario_wrong_sums, "decisions": scenario_decisions,
-             "pg_transport": scenario_pg_transport}
+             "pg_transport": scenario_pg_transport, "record_fail": scenario_record_fail}
 
 
 def main():

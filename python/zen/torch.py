@@ -251,6 +251,7 @@ class ZenState:
         self._bucket_paths = {}
         self._seen_items = set()   # zen item names of the buckets synchronized so far
         self._bucket_keys = {}     # bucket index -> ids of its parameters when its mode was decided
+        self._record_failure = None  # rank 0: why the latest trace write failed
 
     @property
     def comm(self):
@@ -929,8 +930,35 @@ def _keep_recorded(state, layout, results):
     if state.rank == 0:
         tensors = [(n, rows, width, per_rank)
                    for n, (rows, width, per_rank) in sorted(state._recorded.items())]
-        zen.write_trace(state.record, world, tensors,
-                        {"generator": "zen.torch ZenState(record=...)"})
+        try:  # written whole or not at all (zen.write_trace: a new file, fsync, rename)
+            zen.write_trace(state.record, world, tensors,
+                            {"generator": "zen.torch ZenState(record=...)"})
+        except Exception as e:  # noqa: BLE001 (every rank raises it: _agree_recorded)
+            state._record_failure = f"{type(e).__name__}: {e}"
+
+
+def _agree_recorded(state, device):
+    """After a recorded call, every rank learns whether rank 0 wrote the
+    trace (one tiny exchange): a failed write (a full disk) raises
+    zen.Error on every rank in this same call, instead of on rank 0 only
+    and a peer's 'connection closed' one step later. The file keeps its
+    previous whole content (zen.write_trace replaces it by rename)."""
+    failure, state._record_failure = state._record_failure, None
+    if state.transport == "process_group":
+        flag = torch.tensor([0 if failure is None else 1], dtype=torch.int64, device=device)
+        dist.all_reduce(flag, group=state.process_group)
+        failed = int(flag.item())
+    else:
+        flag = np.array([0.0 if failure is None else 1.0], dtype=np.float32)
+        state.context.start("zen.record.status",
+                            [("dense", "record.status", flag, 1, 1, {"scheme": "agsparse"})]
+                            ).wait()
+        failed = int(flag[0])
+    if failed:
+        where = failure if failure is not None else "see rank 0's error"
+        raise zen.Error(f"zen: rank {state.rank}: ZenState(record={state.record!r}): rank 0 "
+                        f"could not write the trace ({where}); the file keeps its previous "
+                        "content")
 
 
 def comm_hook(state, bucket):
@@ -1030,6 +1058,9 @@ def comm_hook(state, bucket):
 
         state._bucket_paths[index] = ("sparse", params, [name])
         state._seen_items.add(name)
+        if layout:  # a recorded call runs to its end here: a failed write raises on every rank
+            sparse_done(state.context.start(name, items))
+            return _recorded_future(state, future, buffer.device)
         state.context.start(name, items, on_done=sparse_done)
         return future.then(_unwrap)
 
@@ -1084,6 +1115,9 @@ def comm_hook(state, bucket):
     names = [item[1] for item in items[:n_sync]]
     state._bucket_paths[index] = ("zen", params, names)
     state._seen_items.update(names)
+    if layout:  # a recorded call runs to its end here: a failed write raises on every rank
+        dense_done(state.context.start(f"bucket{index}", items))
+        return _recorded_future(state, future, buffer.device)
     state.context.start(f"bucket{index}", items, on_done=dense_done)
     return future.then(_unwrap)
 
@@ -1112,6 +1146,17 @@ def _pg_allreduce(state, buffer, world, event):
         return buffer
 
     return fut.then(finish)
+
+
+def _recorded_future(state, future, device):
+    """The future of a recorded call, after every rank agreed on the write."""
+    try:
+        _agree_recorded(state, device)
+    except Exception as e:  # noqa: BLE001 (handed to DDP)
+        failed = torch.futures.Future()
+        failed.set_exception(e)
+        return failed.then(_unwrap)
+    return future.then(_unwrap)
 
 
 def _first_value(future):
@@ -1280,6 +1325,7 @@ def _pg_hook(state, bucket, buffer, index, params, world, event):
                     width = math.prod(buffer.shape[sparse_dim:])
                     ids = _linear_ids(local._indices(), tuple(buffer.shape), sparse_dim)
                     _pg_record(state, step, [(name, rows, width, ids, local._values())])
+                    _agree_recorded(state, buffer.device)
                 future.set_result(result)
             else:
                 recording = state.record and state._calls.get(index, 0) < state.record_steps
@@ -1291,6 +1337,7 @@ def _pg_hook(state, bucket, buffer, index, params, world, event):
                         (name, rows, width, *_nonzero_rows(flat[o:o + rows * width]
                                                            .view(rows, width)))
                         for o, name, rows, width in matrices])
+                    _agree_recorded(state, buffer.device)
                 buffer.mul_(1.0 / world)  # as DDP's reducer, in the bucket's dtype
                 ring = _pg_ring(state, buffer)
                 size = buffer.element_size()
