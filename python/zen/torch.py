@@ -52,7 +52,8 @@ from torch.distributed.constants import default_pg_timeout
 
 import zen
 
-__all__ = ["TopKState", "ZenState", "allreduce_", "comm_hook", "register", "topk_hook"]
+__all__ = ["SparseReduceScatter", "TopKState", "ZenState", "allreduce_", "comm_hook", "register",
+           "topk_hook"]
 
 # Environment overrides (documented in docs/sections/pytorch.md).
 _ENV_SCHEME = "ZEN_SCHEME"
@@ -1423,3 +1424,6 @@ def _timedelta_seconds(value):
 # Top-k sparsification with error feedback (python/zen/sparsify.py), under
 # the names users look for next to the other DDP hooks.
 from zen.sparsify import TopKState, topk_hook  # noqa: E402,F401
+
+# FSDP2's sparse reduce-scatter (python/zen/fsdp.py), beside the DDP hooks.
+from zen.fsdp import SparseReduceScatter  # noqa: E402,F401
