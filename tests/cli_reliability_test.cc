@@ -126,6 +126,7 @@ TEST(CliReliability, EmptySchemeListIsAUsageError) {
     EXPECT_EQ(r.status, 2) << r.err;
     EXPECT_NE(r.err.find("--schemes"), std::string::npos) << r.err;
   }
+  fs::remove_all(Scratch());
 }
 
 // Widths whose tensors exceed this machine's memory end in the documented
@@ -140,6 +141,7 @@ TEST(CliReliability, SyntheticBeyondMemoryIsAnErrorNotAnOomKill) {
     EXPECT_NE(r.err.find("memory"), std::string::npos) << r.err;
     EXPECT_LT(r.seconds, 10.0);
   }
+  fs::remove_all(Scratch());
 }
 
 TEST(CliReliability, DenseOutputBeyondMemoryIsAClearError) {
@@ -151,6 +153,7 @@ TEST(CliReliability, DenseOutputBeyondMemoryIsAClearError) {
   EXPECT_EQ(r.err.find("std::bad_alloc"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--output dense"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("bytes"), std::string::npos) << r.err;
+  fs::remove_all(Scratch());
 }
 
 }  // namespace

@@ -139,3 +139,19 @@ def test_trace_write_on_a_full_filesystem(tmp_path):
         assert open(path, "rb").read() != before
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_write_trace_is_linear_in_the_number_of_tensors(tmp_path):
+    # Each added tensor was compared with every earlier one, and each header
+    # key looked up among all before it: 60,000 tensors took 14 s, 100,000
+    # about 40 s. Linear, 100,000 take about 2 s of CPU.
+    n = 100000
+    ids, values = np.zeros(0, np.int64), np.zeros((0, 1), np.float32)
+    tensors = [("step0.p%d" % i, 10, 1, [(ids, values)]) for i in range(n)]
+    path = str(tmp_path / "many.safetensors")
+    t0 = time.process_time()
+    zen.write_trace(path, 1, tensors)
+    assert time.process_time() - t0 < 15.0
+    with open(path, "rb") as f:
+        header = f.read(int.from_bytes(f.read(8), "little"))
+    assert b'"step0.p99999/0/values"' in header

@@ -213,9 +213,11 @@ void Trace::Add(const std::string& name, std::vector<SparseTensor> per_rank) {
     throw InvalidArgument(Where{-1, name}, "has ", per_rank.size(), " ranks, world_size is ",
                           world_size);
   }
-  for (const TraceTensorInfo& t : tensors) {
-    if (t.name == name) throw InvalidArgument(Where{-1, name}, "added twice");
+  if (index.size() != tensors.size()) {
+    index.clear();
+    for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
   }
+  if (index.contains(name)) throw InvalidArgument(Where{-1, name}, "added twice");
   TraceTensorInfo info{name, per_rank[0].rows(), per_rank[0].width(), {}};
   ValidateShape(info.rows, info.width, name);
   for (size_t r = 0; r < per_rank.size(); ++r) {
@@ -227,12 +229,17 @@ void Trace::Add(const std::string& name, std::vector<SparseTensor> per_rank) {
     t.set_name(name);
     info.nnz.push_back(static_cast<int64_t>(t.nnz()));
   }
+  index.emplace(name, tensors.size());
   tensors.push_back(std::move(info));
   data.push_back(std::move(per_rank));
 }
 
 size_t Trace::IndexOf(std::string_view tensor) const {
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  const auto it = index.find(std::string(tensor));
+  if (it != index.end() && it->second < tensors.size() && tensors[it->second].name == tensor) {
+    return it->second;
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {  // `tensors` filled without Add
     if (tensors[i].name == tensor) return i;
   }
   throw InvalidArgument(Where{-1, tensor}, "not in the trace (", tensors.size(), " tensors)");

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <unordered_map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -59,6 +60,10 @@ struct Trace {
   // Extra "__metadata__" entries besides format, world_size and *.shape
   // (e.g. "generator", "command").
   std::map<std::string, std::string> metadata;
+  // Name -> position in `tensors`, kept by Add so that adding and finding a
+  // tensor do not scan them all (a trace of 10^5 tensors). Rebuilt when it
+  // does not match `tensors` (filled by other means).
+  std::unordered_map<std::string, size_t> index;
 
   // Appends a tensor: per_rank.size() == world_size, one shape for all ranks,
   // a valid and new name. InvalidArgument otherwise. Each SparseTensor gets
