@@ -636,12 +636,7 @@ def _sparse_item(tensor, name, options, divisor=None, world=1):
                 merged = torch.sparse_coo_tensor(indices, values, shape[:sparse_dim] + (width,),
                                                  **_UNCHECKED).coalesce()
                 indices, values = merged._indices(), merged._values()
-            if sparse_dim == 1:
-                ids = indices[0]
-            else:  # row-major linear index over the sparse dimensions
-                strides = torch.tensor([math.prod(shape[k + 1:sparse_dim])
-                                        for k in range(sparse_dim)], dtype=torch.int64)
-                ids = (indices * strides.unsqueeze(1)).sum(0)
+            ids = _linear_ids(indices, shape, sparse_dim)  # row-major over the sparse dims
             item = ("sparse", name, rows, width, ids.contiguous().numpy(),
                     values.contiguous().numpy(), options)
     except Exception as e:
@@ -652,19 +647,8 @@ def _sparse_item(tensor, name, options, divisor=None, world=1):
 
     def finish(result):
         out_ids, out_values = result
-        out_ids = torch.from_numpy(out_ids)
-        out_values = torch.from_numpy(out_values).view((out_ids.numel(),) + shape[sparse_dim:])
-        if sparse_dim == 1:
-            out_indices = out_ids.unsqueeze(0)
-        elif sparse_dim == 0:  # one row: the whole tensor is its values
-            out_indices = torch.zeros((0, out_ids.numel()), dtype=torch.int64)
-        else:
-            parts, rest = [], out_ids
-            for k in reversed(range(sparse_dim)):
-                parts.append(rest % shape[k])
-                rest = torch.div(rest, shape[k], rounding_mode="floor")
-            out_indices = torch.stack(parts[::-1])
-        return torch.sparse_coo_tensor(out_indices, out_values, shape, **_UNCHECKED)._coalesced_(True), dtype
+        return _coo_from(torch.from_numpy(out_ids), torch.from_numpy(out_values), shape,
+                         sparse_dim), dtype
 
     return item, finish
 
@@ -1223,7 +1207,8 @@ def _linear_ids(indices, shape, sparse_dim):
 
 
 def _coo_from(ids, values, shape, sparse_dim):
-    """The coalesced COO tensor of `shape` holding sorted unique linear ids."""
+    """The coalesced COO tensor of `shape` holding sorted unique linear ids
+    (a COO tensor of 0 sparse dimensions: one row, the whole tensor)."""
     values = values.reshape((ids.numel(),) + tuple(shape[sparse_dim:]))
     if sparse_dim == 1:
         indices = ids.unsqueeze(0)
