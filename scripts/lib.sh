@@ -23,18 +23,26 @@ ZEN_PACKAGES=(
   iproute2 clang libclang-rt-14-dev libopenmpi-dev openmpi-bin
 )
 ZEN_PACKAGES+=(python3-venv ccache)  # zen_venv; ccache speeds up the `pip install .` test
+# What scripts/demo needs: the compiler and the libraries of the `zen` tool
+# (Gloo, hiredis for its redis:// rendezvous, nlohmann-json). No test,
+# benchmark, Python or MPI packages.
+ZEN_DEMO_PACKAGES=(cmake g++ make pkg-config libgloo-dev libhiredis-dev nlohmann-json3-dev)
 
 say() { printf '\n==> %s\n' "$*"; }
 die() { printf '\nerror: %s\n' "$*" >&2; exit 1; }
 
+# zen_install_packages [PACKAGE...]: installs those of PACKAGE (default: all
+# of ZEN_PACKAGES) that are missing.
 zen_install_packages() {
+  local wanted=("${ZEN_PACKAGES[@]}")
+  if [ $# -gt 0 ]; then wanted=("$@"); fi
   say "checking Debian packages"
   local missing=()
-  for p in "${ZEN_PACKAGES[@]}"; do
+  for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then
-    echo "all ${#ZEN_PACKAGES[@]} packages present"
+    echo "all ${#wanted[@]} packages present"
     return
   fi
   echo "missing: ${missing[*]}"
@@ -51,14 +59,17 @@ zen_install_packages() {
 
 # zen_venv: creates $ZEN_VENV (default .venv/) from /usr/bin/python3 and
 # installs python/requirements.txt (torch 2.13.0 CPU, numpy, pytest, pybind11,
-# ...) from PyPI. Idempotent: when the venv's stamp matches the requirements
-# file it returns at once, without calling pip. Sets ZEN_VENV_PYTHON, which
+# ...) and python/requirements-recipes.txt (Lightning, accelerate) from PyPI,
+# in one pip command so that torch's pin holds for both. Idempotent: when the
+# venv's stamp matches the requirements files it returns at once, without
+# calling pip. Sets ZEN_VENV_PYTHON, which
 # zen_build then passes as -DZEN_PYTHON so that zen._zen is built for this
 # interpreter with the venv's pybind11.
 zen_venv() {
-  local req="$ZEN_ROOT/python/requirements.txt" stamp="$ZEN_VENV/.zen-requirements"
+  local req="$ZEN_ROOT/python/requirements.txt" recipes="$ZEN_ROOT/python/requirements-recipes.txt"
+  local stamp="$ZEN_VENV/.zen-requirements"
   ZEN_VENV_PYTHON="$ZEN_VENV/bin/python"
-  if [ -x "$ZEN_VENV_PYTHON" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
+  if [ -x "$ZEN_VENV_PYTHON" ] && [ -f "$stamp" ] && cat "$req" "$recipes" | cmp -s - "$stamp"; then
     echo "venv $ZEN_VENV up to date"
     return
   fi
@@ -66,21 +77,28 @@ zen_venv() {
   if [ ! -x "$ZEN_VENV_PYTHON" ]; then
     /usr/bin/python3 -m venv "$ZEN_VENV" || die "python3 -m venv failed (apt-get install python3-venv)"
   fi
-  "$ZEN_VENV_PYTHON" -m pip install -q --disable-pip-version-check -r "$req" \
-    || die "pip install -r python/requirements.txt failed (PyPI reachable?)"
-  cp "$req" "$stamp"
+  "$ZEN_VENV_PYTHON" -m pip install -q --disable-pip-version-check -r "$req" -r "$recipes" \
+    || die "pip install -r python/requirements.txt -r python/requirements-recipes.txt failed (PyPI reachable?)"
+  cat "$req" "$recipes" >"$stamp"
 }
 
+# zen_build [CMAKE_ARG...]: configures $ZEN_BUILD (Release; the tests, the
+# benchmarks and the Python extension on, since scripts/demo may have turned
+# them off in the same build folder; CMAKE_ARG after these overrides them) and
+# builds the targets of ZEN_BUILD_TARGETS (default: all).
 zen_build() {
   say "configuring Release build in $ZEN_BUILD"
   mkdir -p "$ZEN_BUILD"
-  local python_args=()
+  local python_args=() target_args=()
   if [ -n "${ZEN_VENV_PYTHON:-}" ]; then python_args=(-DZEN_PYTHON="$ZEN_VENV_PYTHON"); fi
-  cmake -S "$ZEN_ROOT" -B "$ZEN_BUILD" -DCMAKE_BUILD_TYPE=Release "${python_args[@]}" "$@" \
+  for t in ${ZEN_BUILD_TARGETS:-}; do target_args+=(--target "$t"); done
+  cmake -S "$ZEN_ROOT" -B "$ZEN_BUILD" -DCMAKE_BUILD_TYPE=Release \
+    -DZEN_BUILD_TESTS=ON -DZEN_BUILD_BENCH=ON -DZEN_BUILD_PYTHON=ON "${python_args[@]}" "$@" \
     >"$ZEN_BUILD/configure.log" 2>&1 \
     || { cat "$ZEN_BUILD/configure.log"; die "cmake configure failed (log above)"; }
-  say "building ($(nproc) jobs)"
-  cmake --build "$ZEN_BUILD" -j"$(nproc)" || die "build failed (see the compiler output above)"
+  say "building ${ZEN_BUILD_TARGETS:-all targets} ($(nproc) jobs)"
+  cmake --build "$ZEN_BUILD" -j"$(nproc)" "${target_args[@]}" \
+    || die "build failed (see the compiler output above)"
 }
 
 # zen_configure_sanitizers: configure $ZEN_SANITIZE_BUILD (RelWithDebInfo,

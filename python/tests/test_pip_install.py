@@ -2,6 +2,14 @@
 dependencies from Debian) into a fresh venv, then the DDP example from that
 venv under torchrun on 2 ranks, with zen imported from the installed package
 (no PYTHONPATH) and zen.__version__ equal to CMakeLists.txt's project(VERSION).
+Then the `zen` command that the same install put into the venv's bin/, with
+nothing pointing into the source tree (no $ZEN_DEFAULT_TRACE, $ZEN_PLOT_SCRIPT,
+$ZEN_TORCH_PEER, $ZEN_PYTHON), so that it finds its trace and plot scripts in
+the venv's share/zen/: `zen --version` and `python -m zen --version` (the
+project's version), `zen bench --world 2` on the shipped trace (exit 0: every
+scheme's sum equals the bench's dense reference), `zen analyze --plot DIR` on
+the installed trace (the PNGs written), and `torchrun --no_python zen bench
+--rendezvous env://` on 2 ranks.
 
 The fresh venv sees this interpreter's site-packages (torch 2.13, numpy,
 scikit-build-core, pybind11) through a .pth file, so nothing is downloaded:
@@ -40,6 +48,10 @@ def test_pip_install_then_ddp_example(tmp_path):
     env.pop("PYTHONPATH", None)  # zen must come from the installed package
     if shutil.which("ccache"):
         env.setdefault("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
+        # The build folder is a new temporary path on every run and is on the
+        # compile lines (-I<build>/include); with base_dir / ccache hashes
+        # every path relative to the build folder, so a repeated run hits.
+        env["CCACHE_BASEDIR"] = "/"
     start = time.monotonic()
     pip = subprocess.run([str(python), "-m", "pip", "install", "--no-build-isolation",
                           "--config-settings=build-dir=" + str(tmp_path / "build"), str(REPO)],
@@ -72,3 +84,42 @@ def test_pip_install_then_ddp_example(tmp_path):
     assert run.returncode == 0, run.stdout
     assert len(re.findall(r"^step\s+\d+\s+loss \S+", run.stdout, re.M)) == 2, run.stdout
     assert "zen scheme" in run.stdout, run.stdout
+
+    # The `zen` command: installed beside the venv's python, data under share/zen.
+    bindir = venv / "bin"
+    zen = bindir / "zen"
+    assert zen.is_file() and os.access(zen, os.X_OK), sorted(p.name for p in bindir.iterdir())
+    trace = venv / "share" / "zen" / "traces" / "gcide-lm-n8.safetensors"
+    assert trace.is_file()
+    cli_env = dict(env)
+    for name in ("ZEN_DEFAULT_TRACE", "ZEN_PLOT_SCRIPT", "ZEN_TORCH_PEER", "ZEN_PYTHON"):
+        cli_env.pop(name, None)
+    cli_env["PATH"] = str(bindir) + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+
+    def cli(args, timeout=120):
+        out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=cli_env, cwd=where, timeout=timeout)
+        assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stdout}"
+        return out.stdout
+
+    assert cli(["zen", "--version"]).strip() == "zen " + cmake_version()
+    assert cli([str(python), "-m", "zen", "--version"]).strip() == "zen " + cmake_version()
+
+    schemes = ("dense", "agsparse", "sparcml", "omnireduce", "sparse_ps", "zen", "auto")
+    bench = cli(["zen", "bench", "--world", "2", "--iters", "2"])
+    assert "gcide-lm-n8.safetensors" in bench, bench
+    for scheme in schemes:
+        assert re.search(rf"^{scheme}\s+\d", bench, re.M), bench
+
+    plots = tmp_path / "plots"
+    analyze = cli(["zen", "analyze", str(trace), "--plot", str(plots)])
+    assert "embedding" in analyze, analyze
+    for png in ("densification.png", "overlap.png", "skew_heatmap.png"):
+        assert (plots / png).stat().st_size > 0, analyze
+
+    # One worker per rank, started by torchrun: `zen` found on PATH (--no_python).
+    ranks = cli([str(python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                 "2", "--no_python", "zen", "bench", "--rendezvous", "env://", "--iters", "2"],
+                timeout=150)
+    for scheme in schemes:
+        assert re.search(rf"^{scheme}\s+\d", ranks, re.M), ranks

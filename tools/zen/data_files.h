@@ -2,6 +2,8 @@
 // (plot scripts, the default trace), relative to its own executable so that
 // an installed `zen` works from any directory:
 //   installed:   <prefix>/bin/zen  ->  <prefix>/share/zen/<installed path>
+//                (`cmake --install`, and `pip install .`: the wheel's scripts
+//                land in <env>/bin, its data under <env>, tools/CMakeLists.txt)
 //   build tree:  <build>/bin/zen   ->  the source tree it was built from
 // (an installed copy never looks into the source tree).
 //
