@@ -19,6 +19,7 @@ DistributedDataParallel on a multi-process run (CPU and GPU alike):
 """
 
 import argparse
+import gc
 
 import torch
 from accelerate import Accelerator
@@ -82,6 +83,12 @@ def main():
         if state is not None:
             for name, d in sorted(state.decisions().items()):
                 print(f"zen: {name} bucket {d['bucket']} path {d['path']} scheme {d['scheme']}")
+    # Every rank past its last collective, then zen's state and the model
+    # gone, before the process group is torn down (as examples/train_lm.py:
+    # torch 2.13's Gloo can hang or abort at exit otherwise).
+    accelerator.wait_for_everyone()
+    del model, optimizer, state
+    gc.collect()
     accelerator.end_training()
 
 

@@ -52,6 +52,9 @@ def test_pip_install_then_ddp_example(tmp_path):
         # compile lines (-I<build>/include); with base_dir / ccache hashes
         # every path relative to the build folder, so a repeated run hits.
         env["CCACHE_BASEDIR"] = "/"
+    # Every core for the build (a Makefile generator builds serially unless
+    # told; Ninja, when scikit-build-core finds it, uses them anyway).
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
     start = time.monotonic()
     pip = subprocess.run([str(python), "-m", "pip", "install", "--no-build-isolation",
                           "--config-settings=build-dir=" + str(tmp_path / "build"), str(REPO)],
