@@ -628,14 +628,8 @@ def _sparse_item(tensor, name, options, divisor=None, world=1):
             indices = tensor._indices()
             values = tensor._values().detach().to(torch.float32).reshape(indices.shape[1], width)
             if divisor is not None:
-                # As DDP + Gloo: divide (duplicates still apart), then let
-                # torch coalesce, whose sum of duplicate ids follows its own
-                # sort, not the input order; zen then sees no duplicates, so
-                # the sum is bit for bit Gloo's sparse allreduce.
-                values = values / divisor
-                merged = torch.sparse_coo_tensor(indices, values, shape[:sparse_dim] + (width,),
-                                                 **_UNCHECKED).coalesce()
-                indices, values = merged._indices(), merged._values()
+                indices, values = _ddp_divided(indices, values, divisor,
+                                               shape[:sparse_dim] + (width,))
             ids = _linear_ids(indices, shape, sparse_dim)  # row-major over the sparse dims
             item = ("sparse", name, rows, width, ids.contiguous().numpy(),
                     values.contiguous().numpy(), options)
@@ -651,6 +645,16 @@ def _sparse_item(tensor, name, options, divisor=None, world=1):
                          sparse_dim), dtype
 
     return item, finish
+
+
+def _ddp_divided(indices, values, divisor, shape):
+    """(indices, values) of a COO gradient as DDP + Gloo sum it: divided by
+    `divisor` with its repeats still apart, then coalesced by torch, whose
+    sum of repeated ids follows its own sort, not the input order; the
+    schemes then see no repeats, so the sum is Gloo's sparse allreduce's bit
+    for bit (both transports)."""
+    merged = torch.sparse_coo_tensor(indices, values / divisor, shape, **_UNCHECKED).coalesce()
+    return merged._indices(), merged._values()
 
 
 def _call_site_name(depth, frames=8):
@@ -1236,9 +1240,7 @@ def _pg_sparse(state, tensor, name, divisor=None, sum_order="rank"):
     indices = tensor._indices()
     values = tensor._values().detach()
     if not error and divisor is not None:
-        merged = torch.sparse_coo_tensor(indices, values / divisor, shape,
-                                         **_UNCHECKED).coalesce()
-        indices, values = merged._indices(), merged._values()
+        indices, values = _ddp_divided(indices, values, divisor, shape)
     ids = _linear_ids(indices, shape, sparse_dim)
     values = values.reshape(ids.numel(), width)
     out_ids, out_values = state.engine.allreduce_sparse(
