@@ -44,74 +44,6 @@ void CheckBound(const Communicator& comm, const char* what, int64_t max_recv_byt
 
 }  // namespace
 
-std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts) {
-  CheckPerPeer(comm, send_counts.size(), "ExchangeCounts: send_counts");
-  const int n = comm.size();
-  const int r = comm.rank();
-  for (int p = 0; p < n; ++p) {
-    if (send_counts[static_cast<size_t>(p)] < 0) {
-      throw InvalidArgument(Where{r}, "ExchangeCounts: count ", send_counts[static_cast<size_t>(p)],
-                            " for rank ", p, " is negative");
-    }
-  }
-  std::vector<int64_t> recv_counts(static_cast<size_t>(n), 0);
-  recv_counts[static_cast<size_t>(r)] = send_counts[static_cast<size_t>(r)];
-  if (n == 1) return recv_counts;
-  const Tag tag = comm.NextTag();
-  Requests reqs;
-  reqs.reserve(2 * static_cast<size_t>(n - 1));
-  for (int s = 1; s < n; ++s) {
-    const auto from = static_cast<size_t>(AllToAllRecvPeer(r, n, s));
-    reqs.push_back(comm.Recv(static_cast<int>(from), tag,
-                             std::as_writable_bytes(std::span(&recv_counts[from], 1))));
-  }
-  for (int s = 1; s < n; ++s) {
-    const auto to = static_cast<size_t>(AllToAllSendPeer(r, n, s));
-    reqs.push_back(comm.Send(static_cast<int>(to), tag, std::as_bytes(send_counts.subspan(to, 1))));
-  }
-  WaitAll(reqs);
-  for (int p = 0; p < n; ++p) {
-    if (recv_counts[static_cast<size_t>(p)] < 0) {
-      throw FormatError(Where{r}, "ExchangeCounts: rank ", p, " announced a negative count ",
-                        recv_counts[static_cast<size_t>(p)]);
-    }
-  }
-  return recv_counts;
-}
-
-std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                                       std::span<const int64_t> recv_sizes,
-                                       int64_t max_recv_bytes) {
-  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
-  CheckPerPeer(comm, recv_sizes.size(), "AllToAllV: recv_sizes");
-  const int n = comm.size();
-  const int r = comm.rank();
-  std::vector<ByteBuffer> out(static_cast<size_t>(n));
-  out[static_cast<size_t>(r)] = per_peer[static_cast<size_t>(r)];
-  if (n == 1) return out;
-  const Tag tag = comm.NextTag();
-  Requests reqs;
-  reqs.reserve(2 * static_cast<size_t>(n - 1));
-  for (int s = 1; s < n; ++s) {
-    const int from = AllToAllRecvPeer(r, n, s);
-    const int64_t size = recv_sizes[static_cast<size_t>(from)];
-    if (size < 0) {
-      throw InvalidArgument(Where{r}, "AllToAllV: receive size ", size, " from rank ", from,
-                            " is negative");
-    }
-    CheckAnnounced(comm, "AllToAllV", from, size, max_recv_bytes);
-    ByteBuffer& buf = out[static_cast<size_t>(from)];
-    buf.resize(static_cast<size_t>(size));
-    reqs.push_back(comm.Recv(from, tag, buf));
-  }
-  for (int s = 1; s < n; ++s) {
-    const int to = AllToAllSendPeer(r, n, s);
-    reqs.push_back(comm.Send(to, tag, per_peer[static_cast<size_t>(to)]));
-  }
-  WaitAll(reqs);
-  return out;
-}
-
 std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer,
                                   int64_t max_recv_bytes) {
   CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
@@ -240,13 +172,6 @@ void FinishAllToAllVSpansEach(Communicator& comm, Tag tag,
     requests.push_back(comm.Send(to, tag, message(to)));
   }
   WaitEachAndClear(comm, requests, on_message);
-}
-
-void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                   std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests) {
-  CheckPerPeer(comm, per_peer.size(), "AllToAllV: per_peer");
-  const Tag tag = PostAllToAllV(comm, out, max_recv_bytes, requests);
-  FinishAllToAllV(comm, tag, per_peer, requests);
 }
 
 void AllGatherVInto(Communicator& comm, std::span<const std::byte> mine,

@@ -1,5 +1,9 @@
 // zen/comm/collectives.h — the collective helpers schemes build on, written
-// only against Communicator::Send/Recv.
+// only against Communicator::Send/Recv. Each one here has a caller in the
+// product (a scheme); AllToAllV comes in the one-call form (sparse_ps,
+// omnireduce) and the Post/Finish halves (ZEN), which also hand each
+// message on as it arrives (Finish*Each) or send windows of one buffer
+// (FinishAllToAllVSpansEach).
 //
 // Peer pattern (see peer_pattern.h, unit-tested on its own): in step s of
 // 1..n-1, rank r sends to (r + s) mod n and receives from (r - s) mod n, with
@@ -32,10 +36,6 @@ namespace zen {
 // code passes the largest message it can decode; kAnyBytes is for tests.
 inline constexpr int64_t kAnyBytes = INT64_MAX;
 
-// Each rank passes send_counts[p] for every p; returns recv_counts[p], the
-// count rank p passed for this rank. recv_counts[rank] = send_counts[rank].
-std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t> send_counts);
-
 // per_peer[p] goes to rank p (per_peer[rank] is returned to itself, never
 // sent), in one round: sizes travel in the transport's frames (RecvUpTo),
 // not in a round of their own. Returns what each rank sent here. A peer
@@ -43,12 +43,6 @@ std::vector<int64_t> ExchangeCounts(Communicator& comm, std::span<const int64_t>
 // that large is allocated (pass the largest message the caller can decode).
 std::vector<ByteBuffer> AllToAllV(Communicator& comm, std::span<const ByteBuffer> per_peer,
                                   int64_t max_recv_bytes);
-
-// Same, when receive sizes are already known (recv_sizes[p] from rank p,
-// e.g. from ExchangeCounts).
-std::vector<ByteBuffer> AllToAllVKnown(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                                       std::span<const int64_t> recv_sizes,
-                                       int64_t max_recv_bytes);
 
 // Every rank contributes `mine`; returns all contributions indexed by rank.
 // One round, bounded like AllToAllV.
@@ -62,17 +56,15 @@ std::vector<int64_t> AllGatherInt(Communicator& comm, int64_t mine);
 ByteBuffer Broadcast(Communicator& comm, int root, std::span<const std::byte> data,
                      int64_t max_recv_bytes);
 
-// Buffer-reusing forms (ZEN's hot path): `out` is resized to n and each
+// Buffer-reusing form (agsparse's hot path): `out` is resized to n and each
 // out[p] keeps its capacity across calls, so a receive of a size seen before
 // does not allocate; out[rank] is left untouched (the caller holds its own
 // message: no copy). `requests` is scratch kept by the caller.
 using RequestList = std::vector<std::unique_ptr<Request>>;
-void AllToAllVInto(Communicator& comm, std::span<const ByteBuffer> per_peer,
-                   std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests);
 void AllGatherVInto(Communicator& comm, std::span<const std::byte> mine,
                     std::vector<ByteBuffer>& out, int64_t max_recv_bytes, RequestList& requests);
 
-// The same two collectives in two halves, so that the receives are posted
+// AllToAllV and AllGatherV in two halves, so that the receives are posted
 // before the local work that produces what is sent: a peer that is ready
 // first then sends at once (over Gloo its transfer finds this rank's
 // receive-ready already there) instead of waiting for this rank to reach the

@@ -33,6 +33,7 @@ int64_t PairSize(int64_t payload, int src, int dst) {
   return payload == 0 ? 0 : payload + (src * 7 + dst * 3) % 5;
 }
 
+// Broadcast sends each message's size ahead of it as one int64.
 constexpr uint64_t kCountBytes = sizeof(int64_t);
 
 using Param = std::tuple<Backend, int, int64_t>;
@@ -73,38 +74,48 @@ TEST_P(CollectivesTest, AllToAllVDeliversAndCountsExactBytes) {
   });
 }
 
-TEST_P(CollectivesTest, AllToAllVKnownSendsOnlyPayload) {
+// The two halves (ZEN's form): what each peer sent arrives, only the
+// payload is counted, and over Gloo a second call of the same sizes reuses
+// the receive buffers (their storage does not move; the in-process
+// transport hands over the sender's copy instead).
+TEST_P(CollectivesTest, PostFinishAllToAllVDeliversAndReusesBuffers) {
   const int64_t payload = this->payload();
   RunRanks(backend(), world(), [&](Communicator& comm) {
     const int r = comm.rank(), n = comm.size();
     std::vector<ByteBuffer> out(n);
-    std::vector<int64_t> recv_sizes(n);
-    for (int p = 0; p < n; ++p) {
-      out[p] = Pattern(r, p, PairSize(payload, r, p));
-      recv_sizes[p] = PairSize(payload, p, r);
+    for (int p = 0; p < n; ++p) out[p] = Pattern(r, p, PairSize(payload, r, p));
+    std::vector<ByteBuffer> got;
+    RequestList requests;
+    std::vector<const std::byte*> first(n, nullptr);
+    for (int round = 0; round < 2; ++round) {
+      comm.ResetCounters();
+      const Tag tag = PostAllToAllV(comm, got, kAnyBytes, requests);
+      FinishAllToAllV(comm, tag, out, requests);
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
+      uint64_t want_sent = 0;
+      for (int p = 0; p < n; ++p) {
+        if (p == r) continue;  // out[rank] is the caller's own
+        EXPECT_EQ(got[p], Pattern(p, r, PairSize(payload, p, r))) << "from rank " << p;
+        want_sent += static_cast<uint64_t>(PairSize(payload, r, p));
+        if (round == 0) first[p] = got[p].data();
+        if (round == 1 && payload > 0 && backend() == Backend::kGlooTcp) {
+          EXPECT_EQ(got[p].data(), first[p]) << "rank " << p;
+        }
+      }
+      EXPECT_EQ(comm.counters().total_sent(), want_sent);
+      EXPECT_EQ(comm.counters().messages_sent(), static_cast<uint64_t>(n - 1));
+      EXPECT_TRUE(requests.empty());
     }
-    comm.ResetCounters();
-    const std::vector<ByteBuffer> got = AllToAllVKnown(comm, out, recv_sizes, kAnyBytes);
-    uint64_t want_sent = 0;
-    for (int p = 0; p < n; ++p) {
-      EXPECT_EQ(got[p], Pattern(p, r, PairSize(payload, p, r)));
-      if (p != r) want_sent += static_cast<uint64_t>(PairSize(payload, r, p));
-    }
-    EXPECT_EQ(comm.counters().total_sent(), want_sent);
-    EXPECT_EQ(comm.counters().messages_sent(), static_cast<uint64_t>(n - 1));
   });
 }
 
-TEST_P(CollectivesTest, ExchangeCountsAndAllGatherInt) {
+TEST_P(CollectivesTest, AllGatherIntGathersEveryRanksValue) {
   const int64_t payload = this->payload();
   RunRanks(backend(), world(), [&](Communicator& comm) {
     const int r = comm.rank(), n = comm.size();
-    std::vector<int64_t> counts(n);
-    for (int p = 0; p < n; ++p) counts[p] = PairSize(payload, r, p) + (int64_t{1} << 40);
-    const std::vector<int64_t> got = ExchangeCounts(comm, counts);
-    for (int p = 0; p < n; ++p) EXPECT_EQ(got[p], PairSize(payload, p, r) + (int64_t{1} << 40));
-    const std::vector<int64_t> all = AllGatherInt(comm, -1000 * r - payload);
-    for (int p = 0; p < n; ++p) EXPECT_EQ(all[p], -1000 * p - payload);
+    const std::vector<int64_t> all = AllGatherInt(comm, -1000 * r - payload - (int64_t{1} << 40));
+    ASSERT_EQ(all.size(), static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) EXPECT_EQ(all[p], -1000 * p - payload - (int64_t{1} << 40));
   });
 }
 
@@ -326,10 +337,11 @@ TEST(CollectivesWorldOfOneTest, ReturnsOwnDataAndSendsNothing) {
       RunRanks(backend, 1, [&](Communicator& comm) {
         const ByteBuffer b = Pattern(0, 0, payload);
         EXPECT_EQ(AllToAllV(comm, std::vector<ByteBuffer>{b}, kAnyBytes)[0], b);
-        EXPECT_EQ(
-            AllToAllVKnown(comm, std::vector<ByteBuffer>{b}, std::vector<int64_t>{payload},
-                           kAnyBytes)[0], b);
-        EXPECT_EQ(ExchangeCounts(comm, std::vector<int64_t>{payload})[0], payload);
+        std::vector<ByteBuffer> got;
+        RequestList requests;
+        const Tag tag = PostAllToAllV(comm, got, kAnyBytes, requests);
+        FinishAllToAllV(comm, tag, std::vector<ByteBuffer>{b}, requests);
+        EXPECT_TRUE(requests.empty());
         EXPECT_EQ(AllGatherV(comm, b, kAnyBytes)[0], b);
         EXPECT_EQ(Broadcast(comm, 0, b, kAnyBytes), b);
         EXPECT_EQ(AllGatherInt(comm, 42)[0], 42);
@@ -344,23 +356,19 @@ TEST(CollectivesWorldOfOneTest, ReturnsOwnDataAndSendsNothing) {
 TEST(CollectivesArgsTest, RejectWrongShapes) {
   RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
     EXPECT_THROW(AllToAllV(comm, std::vector<ByteBuffer>(3), kAnyBytes), InvalidArgument);
-    EXPECT_THROW(ExchangeCounts(comm, std::vector<int64_t>{1}), InvalidArgument);
-    EXPECT_THROW(ExchangeCounts(comm, std::vector<int64_t>{-1, -1}), InvalidArgument);
+    EXPECT_THROW(AllToAllV(comm, std::vector<ByteBuffer>(2), -1), InvalidArgument);
     EXPECT_THROW(Broadcast(comm, 2, {}, kAnyBytes), InvalidArgument);
-    EXPECT_THROW(
-        AllToAllVKnown(comm, std::vector<ByteBuffer>(2), std::vector<int64_t>{-1, -1}, kAnyBytes),
-        InvalidArgument);
   });
 }
 
-// A peer that sends another size than was announced is caught on receipt.
-TEST(CollectivesArgsTest, KnownSizeMismatchIsFormatError) {
+// A peer that sends more than the receiver can hold is caught on receipt.
+TEST(CollectivesArgsTest, MessageOverTheBoundIsFormatError) {
   for (Backend b : {Backend::kInProc, Backend::kGlooTcp}) {
     EXPECT_THROW(RunRanks(
                      b, 2,
                      [&](Communicator& comm) {
                        std::vector<ByteBuffer> out(2, ByteBuffer(comm.rank() == 0 ? 10 : 11));
-                       AllToAllVKnown(comm, out, std::vector<int64_t>{10, 10}, kAnyBytes);
+                       AllToAllV(comm, out, 10);
                      },
                      std::chrono::milliseconds(2000)),
                  FormatError)
