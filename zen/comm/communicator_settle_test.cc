@@ -18,7 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
-TEST(ReliabilitySettleTest, PendingRequestsSettlePromptlyAfterAFailure) {
+TEST(CommunicatorSettleTest, PendingRequestsSettlePromptlyAfterAFailure) {
   const Millis timeout(400);
   testing::RunRanks(
       testing::Backend::kGlooTcp, 2,

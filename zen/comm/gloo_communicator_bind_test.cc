@@ -48,7 +48,7 @@ std::vector<std::string> ListeningAddresses() {
   return out;
 }
 
-TEST(ReliabilityBindTest, DefaultOptionsListenOnLoopbackOnly) {
+TEST(GlooCommunicatorBindTest, DefaultOptionsListenOnLoopbackOnly) {
   GlooOptions defaults;
   EXPECT_EQ(defaults.hostname, "127.0.0.1");
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
