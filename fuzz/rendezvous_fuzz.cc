@@ -15,7 +15,10 @@
 #include <span>
 #include <string>
 
-#include "zen/comm/rendezvous.h"
+#include "zen/comm/launch_env.h"
+#include "zen/comm/rendezvous_url.h"
+#include "zen/comm/rendezvous_value.h"
+#include "zen/comm/timeout.h"
 #include "zen/core/error.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "zen/comm/rendezvous.h"
+#include "zen/comm/tcp_store.h"
 
 namespace {
 

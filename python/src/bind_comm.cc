@@ -1,8 +1,12 @@
 // zen.Communicator and the two ways to connect one: through a Python store
 // object (torch.distributed's store; the usual way) or a rendezvous URL
-// ("file:DIR", "redis://HOST:PORT", "tcp://HOST:PORT", "env://"). The GIL is
-// released while connecting.
+// ("file:DIR", "redis://HOST:PORT", "tcp://HOST:PORT", "env://", "mpi://")
+// with a transport picked by name from the transport table
+// (zen/comm/transport.h: "gloo", and "mpi" in builds with MPI). The GIL is
+// released while connecting. A rank waiting for its peers says so on stderr
+// every 5 s, naming who is missing (progress=False silences it).
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,6 +14,8 @@
 #include "bindings.h"
 #include "py_store.h"
 #include "zen/comm/gloo_communicator.h"
+#include "zen/comm/rendezvous_url.h"
+#include "zen/comm/transport.h"
 #include "zen/core/error.h"
 
 namespace py = pybind11;
@@ -17,20 +23,27 @@ namespace py = pybind11;
 namespace zen::python {
 namespace {
 
-GlooOptions Options(int rank, const std::string& prefix, const std::string& hostname,
-                    double timeout_s) {
-  GlooOptions options;
+ConnectOptions Options(int rank, const std::string& prefix, const std::string& hostname,
+                       double timeout_s, bool progress) {
+  ConnectOptions options;
   options.prefix = prefix;
   options.hostname = hostname;
   // NaN, <= 0 and > 30 days (1e30 s) are InvalidArguments naming the value.
   options.timeout = TimeoutFromSeconds(timeout_s, rank);
+  if (progress) {
+    // Called without the GIL, from the connecting thread: straight to fd 2.
+    options.progress.notice = [](const std::string& line) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
+    };
+  }
   return options;
 }
 
 std::unique_ptr<Communicator> ConnectStore(py::object store, int rank, int size,
                                            const std::string& prefix, const std::string& hostname,
-                                           double timeout_s) {
-  const GlooOptions options = Options(rank, prefix, hostname, timeout_s);
+                                           double timeout_s, bool progress) {
+  const ConnectOptions options = Options(rank, prefix, hostname, timeout_s, progress);
   // Every store call ends with the connect (torch's may otherwise block).
   auto adapter = std::make_shared<PyStore>(std::move(store), rank,
                                            std::chrono::steady_clock::now() + options.timeout);
@@ -40,10 +53,25 @@ std::unique_ptr<Communicator> ConnectStore(py::object store, int rank, int size,
 
 // env:// and mpi:// are resolved here, at the edge, from os.environ; rank
 // and size then come from the launcher (when also given they must agree).
+// A transport whose launcher connects the ranks (mpi) takes "mpi://" or
+// "env://" and rank and size from its launcher.
 std::unique_ptr<Communicator> ConnectUrl(const std::string& url, int rank, int size,
                                          const std::string& prefix, const std::string& hostname,
-                                         double timeout_s, const std::string& job) {
+                                         double timeout_s, const std::string& job,
+                                         const std::string& transport, bool progress) {
   const RendezvousUrl parsed = ParseRendezvousUrl(url);
+  const TransportRegistry transports = BuiltinTransports();
+  const TransportInfo& chosen = transports.Get(transport);  // unknown: lists the known ones
+  if (chosen.ranks_from_launcher) {
+    if (parsed.kind != RendezvousUrl::Kind::kMpi && parsed.kind != RendezvousUrl::Kind::kEnv) {
+      throw InvalidArgument(Where{rank}, "connect_url('", url, "', transport='", transport,
+                            "'): this transport's ranks come from its launcher; pass 'mpi://' "
+                            "or 'env://'");
+    }
+    const ConnectOptions options = Options(rank, prefix, hostname, timeout_s, progress);
+    py::gil_scoped_release release;
+    return chosen.factory(rank, size, options);
+  }
   std::string target = url;
   std::string launch_job;
   std::map<std::string, std::string> env;
@@ -73,17 +101,18 @@ std::unique_ptr<Communicator> ConnectUrl(const std::string& url, int rank, int s
     secret = launch->secret;
     if (ParseRendezvousUrl(target).kind == RendezvousUrl::Kind::kMpi) {
       throw InvalidArgument(Where{rank}, "connect_url: under mpirun the Gloo transport needs a "
-                                         "store: set ZEN_RENDEZVOUS=file:DIR or redis://HOST:PORT");
+                                         "store: set ZEN_RENDEZVOUS=file:DIR or redis://HOST:PORT, "
+                                         "or pass transport='mpi'");
     }
   } else if (rank < 0 || size < 0) {
     throw InvalidArgument(Where{rank}, "connect_url('", url, "') needs rank and size");
   }
-  GlooOptions options = Options(rank, prefix, hostname, timeout_s);
+  ConnectOptions options = Options(rank, prefix, hostname, timeout_s, progress);
   options.rendezvous = target;
   options.job = job.empty() ? launch_job : job;
   options.secret = secret;
   py::gil_scoped_release release;
-  return ConnectGloo(rank, size, options);
+  return chosen.factory(rank, size, options);
 }
 
 }  // namespace
@@ -113,16 +142,38 @@ void BindComm(py::module_& m) {
 
   m.def("connect", &ConnectStore, py::arg("store"), py::arg("rank"), py::arg("size"), py::kw_only(),
         py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1", py::arg("timeout") = 30.0,
+        py::arg("progress") = true,
         "Connects all ranks through a store with set/get/wait (e.g. torch.distributed's). "
         "Every rank calls it with the same size and prefix; keys are '<prefix>/rank_<r>'.");
   m.def("connect_url", &ConnectUrl, py::arg("url"), py::arg("rank") = -1, py::arg("size") = -1,
         py::kw_only(), py::arg("prefix") = "zen", py::arg("hostname") = "127.0.0.1",
-        py::arg("timeout") = 30.0, py::arg("job") = "",
+        py::arg("timeout") = 30.0, py::arg("job") = "", py::arg("transport") = "gloo",
+        py::arg("progress") = true,
         "Connects all ranks through 'file:DIR', 'redis://HOST:PORT' or 'tcp://HOST:PORT' (rank 0 "
         "hosts zen's store), each with an optional '?job=ID', or through 'env://' (torchrun's "
         "or mpirun's variables from os.environ give rank, size and store; under torchrun rank 0 "
         "hosts zen's store on MASTER_PORT+1). A rerun with the same directory or job id "
-        "never meets the keys of the last run.");
+        "never meets the keys of the last run. transport='mpi' (builds with MPI) connects "
+        "MPI_COMM_WORLD instead; its URL is 'mpi://' or 'env://'. While waiting for its peers, a "
+        "rank says every 5 s on stderr who is missing (progress=False: silent).");
+  m.def(
+      "transports",
+      [] {
+        py::list out;
+        for (const TransportInfo& t : BuiltinTransports().transports()) {
+          py::dict d;
+          d["id"] = t.id;
+          d["description"] = t.description;
+          py::list schemes;
+          for (const std::string& u : t.url_schemes) schemes.append(u);
+          d["url_schemes"] = schemes;
+          d["ranks_from_launcher"] = t.ranks_from_launcher;
+          out.append(d);
+        }
+        return out;
+      },
+      "The transport table of this build: one dict per transport (id, description, url_schemes, "
+      "ranks_from_launcher); connect_url(..., transport=id) picks one.");
 }
 
 }  // namespace zen::python

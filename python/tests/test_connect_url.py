@@ -90,3 +90,59 @@ def test_env_url_under_torchrun_variables():
         for p, out in zip(procs, outs):
             assert p.returncode == 0, out
             assert "connected" in out and " 3" in out, out
+
+
+def test_transport_table_and_unknown_transports(tmp_path):
+    ids = [t["id"] for t in zen._zen.transports()]
+    assert ids[0] == "gloo"
+    gloo = zen._zen.transports()[0]
+    assert gloo["url_schemes"] == ["file:", "redis://", "tcp://"]
+    assert not gloo["ranks_from_launcher"]
+    with pytest.raises(ValueError, match=r"unknown transport 'nccl' \(known: gloo"):
+        zen.connect_url(f"file:{tmp_path}", 0, 2, transport="nccl")
+    # The gloo entry by name is the default.
+    comms = on_threads(2, lambda r: zen.connect_url(f"file:{tmp_path}/d", r, 2, timeout=20,
+                                                    transport="gloo"))
+    assert all(isinstance(c, zen.Communicator) for c in comms), comms
+
+
+MPI_WORKER = """
+import zen
+c = zen.connect_url("mpi://", transport="mpi", timeout=20)
+print("connected", c.rank, c.size, flush=True)
+"""
+
+
+def test_mpi_transport_under_mpirun():
+    """connect_url(..., transport="mpi") reaches MPI_COMM_WORLD from Python
+    (builds with MPI), with rank and size from mpirun."""
+    import shutil
+    if "mpi" not in [t["id"] for t in zen._zen.transports()]:
+        pytest.skip("this zen was built without MPI")
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun")
+    with pytest.raises(ValueError, match="pass 'mpi://' or 'env://'"):
+        zen.connect_url("file:/tmp/x", 0, 2, transport="mpi")
+    cmd = ["mpirun", "-np", "2", "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    out = subprocess.run(cmd + [sys.executable, "-c", MPI_WORKER], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = sorted(l for l in out.stdout.splitlines() if l.startswith("connected"))
+    assert lines == ["connected 0 2", "connected 1 2"], out.stdout + out.stderr
+
+
+def test_a_waiting_rank_names_who_is_missing(tmp_path, capfd):
+    """Rank 0 of 2 with no rank 1: every 5 s a line on stderr names rank 1,
+    then the timeout's error."""
+    with pytest.raises(RuntimeError, match="address of rank 1"):
+        zen.connect_url(f"file:{tmp_path}", 0, 2, timeout=6)
+    err = capfd.readouterr().err
+    lines = [l for l in err.splitlines() if "has waited" in l]
+    assert len(lines) == 1, err
+    assert "zen: rank 0 has waited 5 s" in lines[0], lines
+    assert "rank 1 of 2 (not arrived yet)" in lines[0], lines
+    with pytest.raises(RuntimeError, match="address of rank 1"):
+        zen.connect_url(f"file:{tmp_path}", 0, 2, timeout=6, progress=False)
+    assert "has waited" not in capfd.readouterr().err

@@ -19,18 +19,14 @@
 
 #include "tools/zen/bench.h"
 #include "tools/zen/bench_sweep.h"
-#include "tools/zen/launch_env.h"
 #include "tools/zen/launcher.h"
 #include "tools/zen/registry_view.h"
 #include "tools/zen/testbed.h"
-#include "zen/comm/gloo_communicator.h"
+#include "zen/comm/launch_env.h"
+#include "zen/comm/transport.h"
 #include "zen/core/error.h"
 #include "zen/workload/synthetic.h"
 #include "zen/workload/trace.h"
-
-#ifdef ZEN_HAVE_MPI
-#include "zen/comm/mpi_communicator.h"
-#endif
 
 namespace zen::cli {
 namespace {
@@ -147,26 +143,15 @@ int Verdict(const nlohmann::json& report, bool say) {
   return failures.empty() ? 0 : kExitInexact;
 }
 
-std::string Transport(const Flags& flags) {
-  const std::string t = flags.Str("transport", "gloo");
-  if (t != "gloo" && t != "mpi") throw UsageError("--transport " + t + ": expected gloo or mpi");
-#ifndef ZEN_HAVE_MPI
-  if (t == "mpi") {
-    throw UsageError("--transport mpi: this zen was built without MPI (install libopenmpi-dev and rebuild)");
-  }
-#endif
-  return t;
-}
-
-std::unique_ptr<Communicator> ConnectMpiTransport(const Flags& flags) {
-#ifdef ZEN_HAVE_MPI
-  if (!MpiAvailable()) throw InvalidArgument("--transport mpi: MPI is not available in this process");
-  (void)flags;
-  return ConnectMpi(MpiOptions{});
-#else
-  (void)flags;
-  throw UsageError("--transport mpi: this zen was built without MPI");
-#endif
+// The --transport entry of the transport table (zen/comm/transport.h); an
+// unknown name is a UsageError listing the ones this build has.
+TransportInfo Transport(const Flags& flags) {
+  const std::string id = flags.Str("transport", "gloo");
+  const TransportRegistry transports = BuiltinTransports();
+  if (const TransportInfo* t = transports.Find(id)) return *t;
+  std::string known;
+  for (const std::string& k : transports.ids()) known += (known.empty() ? "" : ", ") + k;
+  throw UsageError("--transport " + id + ": unknown transport (this build has: " + known + ")");
 }
 
 // Whether this process was started by an external launcher that set its
@@ -211,12 +196,18 @@ void Print(const nlohmann::json& report) {
 // One worker: --rank R --rendezvous URL, or started by torchrun / mpirun
 // (`launch`), over Gloo or MPI.
 int RunOneWorker(const Flags& flags, const Environment& env, const std::optional<LaunchInfo>& launch) {
-  const std::string transport = Transport(flags);
+  const TransportInfo transport = Transport(flags);
   const BenchConfig config = Config(flags, env);
   std::unique_ptr<Communicator> comm;
   std::vector<Workload> workloads;
-  if (transport == "mpi") {
-    comm = ConnectMpiTransport(flags);
+  ConnectOptions options;
+  options.timeout = std::chrono::milliseconds(flags.Int("timeout-s", 60) * 1000);
+  options.secret = env.Get("ZEN_STORE_SECRET").value_or("");
+  if (!flags.Has("quiet")) {
+    options.progress.notice = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  }
+  if (transport.ranks_from_launcher) {
+    comm = transport.factory(-1, -1, options);
     if (flags.Has("world") && flags.Int("world", 0) != comm->size()) {
       throw UsageError("--world " + flags.Str("world", "") + " differs from MPI's world size " +
                        std::to_string(comm->size()));
@@ -225,7 +216,6 @@ int RunOneWorker(const Flags& flags, const Environment& env, const std::optional
   } else {
     int world = static_cast<int>(flags.Int("world", 8));
     int rank = static_cast<int>(flags.Int("rank", 0));
-    GlooOptions options;
     options.rendezvous = flags.Str("rendezvous", "");
     options.prefix = flags.Str("prefix", "zen-bench");
     if (launch) {
@@ -241,9 +231,8 @@ int RunOneWorker(const Flags& flags, const Environment& env, const std::optional
         throw UsageError("Gloo under mpirun needs a store: set ZEN_RENDEZVOUS=file:DIR (a shared "
                          "directory) or redis://HOST:PORT, or use --transport mpi");
       }
-      // Until the comm layer's run generations land, the job id keeps
-      // elastic generations apart through the key prefix.
-      if (!launch->job.empty()) options.prefix += "/" + launch->job;
+      options.job = launch->job;
+      options.secret = launch->secret;
     }
     if (world < 1) throw UsageError("--world must be >= 1");
     if (rank < 0 || rank >= world) {
@@ -252,8 +241,7 @@ int RunOneWorker(const Flags& flags, const Environment& env, const std::optional
     if (options.rendezvous.empty()) throw UsageError("--rank needs --rendezvous URL");
     workloads = Workloads(flags, world, env);  // fail on a bad workload before connecting
     options.hostname = flags.Str("hostname", env.Get("ZEN_HOSTNAME").value_or("127.0.0.1"));
-    options.timeout = std::chrono::milliseconds(flags.Int("timeout-s", 60) * 1000);
-    comm = ConnectGloo(rank, world, options);
+    comm = transport.factory(rank, world, options);
   }
   const int rank = comm->rank();
   const nlohmann::json report = RunAll(*comm, flags, workloads, config);
@@ -284,8 +272,8 @@ int RunBench(Args args, const Environment& env) {
   const std::string rendezvous = flags.Str("rendezvous", "");
   if (rendezvous == "env://" || rendezvous == "mpi://" ||
       (!flags.Has("rank") && rendezvous.empty() && StartedByLauncher(env))) {
-    std::optional<LaunchInfo> launch = LaunchFromEnv(env.vars);
-    if (!launch && Transport(flags) != "mpi") {
+    std::optional<LaunchInfo> launch = RendezvousFromEnv(env.vars);
+    if (!launch && !Transport(flags).ranks_from_launcher) {
       throw UsageError("--rendezvous " + (rendezvous.empty() ? std::string("env://") : rendezvous) +
                        ": no launcher variables (torchrun: RANK, WORLD_SIZE, MASTER_ADDR, "
                        "MASTER_PORT; mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE)");
@@ -303,17 +291,17 @@ int RunBench(Args args, const Environment& env) {
                           std::to_string(link->hosts) + " testbed hosts");
   }
   const BenchConfig config = Config(flags, env);  // fail fast on bad options, before spawning
-  const std::string transport = Transport(flags);
+  const TransportInfo transport = Transport(flags);
   const std::vector<std::string> peers = ParsePeers(flags.Str("peers", ""));
   const bool sweep = !SweepPoints(flags).empty();
   if (sweep && !peers.empty()) throw UsageError("--sweep and --peers cannot be combined");
-  if (transport == "mpi" && (link || !peers.empty())) {
-    throw UsageError("--transport mpi runs on this machine's MPI: no --testbed or --peers");
+  if (transport.ranks_from_launcher && (link || !peers.empty())) {
+    throw UsageError("--transport " + transport.id + " runs on this machine's launcher: no --testbed or --peers");
   }
   // ... and on a bad workload (a sweep's sizes are generated by the workers),
   // or one that does not fit this machine's memory: each worker holds every
   // rank's tensor, and so does this process.
-  if (auto spec = flags.Get("synthetic"); spec && !sweep && transport != "mpi" && !link) {
+  if (auto spec = flags.Get("synthetic"); spec && !sweep && !transport.ranks_from_launcher && !link) {
     CheckSyntheticFits(ParseSyntheticSpec(*spec),
                        static_cast<uint64_t>(world) * static_cast<uint64_t>(world + 1),
                        MachineMemoryBytes());
@@ -336,8 +324,8 @@ int RunBench(Args args, const Environment& env) {
   worker_args.insert(worker_args.end(), {"--world", std::to_string(world), "--report-file",
                                          scratch.path() + "/report.json"});
   if (bed) worker_args.insert(worker_args.end(), {"--wire-iface", kTestbedInterface});
-  const int rc = transport == "mpi" ? LaunchMpiWorkers(worker_args, world)
-                                    : LaunchLocalWorkers(worker_args, world, progress, plan);
+  const int rc = transport.ranks_from_launcher ? LaunchMpiWorkers(worker_args, world)
+                                               : LaunchLocalWorkers(worker_args, world, progress, plan);
   if (rc != 0) return 1;
   std::ifstream in(scratch.path() + "/report.json");
   if (!in) throw InvalidArgument("worker rank 0 wrote no report");

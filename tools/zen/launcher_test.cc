@@ -1,4 +1,4 @@
-// The launcher's supervisor against a stopped worker (issue 41, H2): when
+// The launcher's supervisor against a stopped worker: when
 // one worker fails, the others get SIGTERM, which stays pending on a
 // SIGSTOPped process; the supervisor must escalate to SIGKILL after its
 // grace period instead of waiting forever.

@@ -26,6 +26,8 @@
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/rendezvous.h"
+#include "zen/comm/rendezvous_url.h"
+#include "zen/comm/tcp_store.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -747,7 +749,10 @@ void CheckConnectArgs(int rank, int size, const GlooOptions& options) {
     throw InvalidArgument(Where{rank},
                           "ConnectGloo: hostname is empty (name the interface address to bind)");
   }
-  if (!options.job.empty()) ParseRendezvousUrl("file:x?job=" + options.job);  // validates the id
+  if (!options.job.empty() && !ValidJobId(options.job)) {
+    throw InvalidArgument(Where{rank}, "ConnectGloo: job id '", options.job,
+                          "' must be 1 to 128 characters of [A-Za-z0-9._-]");
+  }
 }
 
 // Gloo's tcp::CreateDevice dereferences an unset result when getaddrinfo
@@ -856,7 +861,8 @@ std::unique_ptr<Communicator> ConnectPairs(int rank, int size, gloo::rendezvous:
   }
   RunRendezvous run;
   if (size > 1) {
-    run = JoinRun(store, options.prefix, job, mine, deadline, timeout, rendezvous);
+    run = JoinRun(store, options.prefix, job, mine, deadline, timeout, rendezvous,
+                  options.progress);
     for (int i = 0; i < size; ++i) {
       if (run.peers[static_cast<size_t>(i)].address_bytes != mine.address_bytes) {
         throw FormatError(Where{rank}, "rendezvous: rank ", i, " published addresses of ",

@@ -41,36 +41,15 @@
 #include <string>
 
 #include "zen/comm/communicator.h"
-#include "zen/comm/rendezvous.h"  // OpenStore, RendezvousFromEnv
+#include "zen/comm/connect_options.h"
+#include "zen/comm/launch_env.h"  // RendezvousFromEnv, for callers
+#include "zen/comm/store.h"       // OpenStore, for callers
+#include "zen/comm/timeout.h"
 
 namespace zen {
 
-struct GlooOptions {
-  // "file:DIR", "redis://HOST:PORT" or "tcp://HOST:PORT" (rank 0 hosts the
-  // store), each with an optional "?job=ID" (see rendezvous.h). env:// and
-  // mpi:// are resolved at the edge with RendezvousFromEnv. Ignored by the
-  // ConnectGloo overload taking a store.
-  std::string rendezvous;
-  // Interface address to bind and advertise; never all interfaces by default.
-  std::string hostname = "127.0.0.1";
-  // Store key prefix, so that several communicators can share a store.
-  std::string prefix = "zen";
-  // Job id ([A-Za-z0-9._-], at most 128): keys are "<prefix>/<job>/...".
-  // Concurrent jobs on one store need distinct ids (or prefixes); reruns of
-  // one job need nothing: each run claims a fresh generation of keys (see
-  // rendezvous.h), so leftovers of an earlier run are never read. Empty:
-  // the URL's "?job=" if any.
-  std::string job;
-  // The job's secret for zen's TCP store (tcp:// only; at most 256 bytes):
-  // every rank of the job must have the same, and a connection to the store
-  // without it is refused. Under a launcher, LaunchInfo::secret (from
-  // ZEN_STORE_SECRET, else derived from the launcher's variables). Empty:
-  // none, and anyone who can reach the port can join.
-  std::string secret;
-  // Per-request timeout, and the bound on the whole connect (rendezvous,
-  // TCP connections and the closing barrier together). At most kMaxTimeout.
-  std::chrono::milliseconds timeout{30000};
-};
+// The Gloo transport's options are the transport table's (connect_options.h).
+using GlooOptions = ConnectOptions;
 
 // Opens options.rendezvous and connects. The whole call ends within
 // options.timeout (plus a few ms): a peer that dies or stops at any point, or

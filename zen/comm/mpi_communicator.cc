@@ -1,6 +1,6 @@
 #include "zen/comm/mpi_communicator.h"
 
-#include "zen/comm/rendezvous.h"
+#include "zen/comm/timeout.h"
 #include "zen/core/error.h"
 
 #ifdef ZEN_HAVE_MPI

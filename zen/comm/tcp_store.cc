@@ -1,4 +1,4 @@
-// zen's TCP store: see OpenTcpStore in rendezvous.h.
+// zen's TCP store: see tcp_store.h.
 //
 // Wire protocol (host byte order; both sides are the same build):
 //   request:  u8 op, u32 key length, key, and for kSet: u32 value length, value
@@ -10,13 +10,12 @@
 // A connection's first request must be kHello with the job's secret; any
 // other first request closes it.
 //
-// Bounds (issue 41, C2): a client that pipelines requests and never reads
-// the replies made the server buffer without limit (200 GETs of a 16 MiB
-// value: 3.2 GB, then the OOM killer). Now the server parses a client's next
-// request only while that client has less than kOutHigh bytes of replies
-// unsent and all clients together less than kOutTotal, and stops reading
-// from it meanwhile; a client with replies unsent and no progress for the
-// store's timeout (at least 1 s) is disconnected.
+// Bounds: a client that pipelines requests and never reads the replies must
+// not make the server buffer without limit. The server parses a client's
+// next request only while that client has less than kOutHigh bytes of
+// replies unsent and all clients together less than kOutTotal, and stops
+// reading from it meanwhile; a client with replies unsent and no progress
+// for the store's timeout (at least 1 s) is disconnected.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -35,7 +34,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "zen/comm/rendezvous.h"
+#include "zen/comm/store.h"
+#include "zen/comm/tcp_store.h"
+#include "zen/comm/timeout.h"
 #include "zen/core/error.h"
 
 namespace zen {

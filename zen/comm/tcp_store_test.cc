@@ -1,5 +1,5 @@
 // zen's TCP store (tcp://, env:// under torchrun) against hostile local
-// clients (issue 41, C2): a client that pipelines requests and never reads
+// clients: a client that pipelines requests and never reads
 // the replies, and clients without the job's secret.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -16,7 +16,12 @@
 #include <vector>
 
 #include "zen/comm/gloo_communicator.h"
+#include "zen/comm/file_store.h"
+#include "zen/comm/launch_env.h"
 #include "zen/comm/rendezvous.h"
+#include "zen/comm/rendezvous_url.h"
+#include "zen/comm/tcp_store.h"
+#include "zen/comm/timeout.h"
 #include "zen/core/error.h"
 
 namespace zen {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "zen/comm/gloo_communicator.h"
-#include "zen/comm/inproc_communicator.h"
+#include "zen/testing/inproc_communicator.h"
 #include "zen/core/error.h"
 
 namespace zen::testing {

@@ -1,4 +1,4 @@
-#include "zen/comm/inproc_communicator.h"
+#include "zen/testing/inproc_communicator.h"
 
 #include <condition_variable>
 #include <map>
@@ -214,6 +214,21 @@ std::unique_ptr<Communicator> InProcFabric::Connect(int rank, std::chrono::milli
                           " ms is not positive");
   }
   return std::make_unique<InProcCommunicator>(boxes_, rank, size_, timeout);
+}
+
+void AddInProcTransport(TransportRegistry& transports, std::shared_ptr<InProcFabric> fabric) {
+  if (!fabric) throw InvalidArgument("AddInProcTransport: no fabric");
+  transports.Add({"inproc", "in-process mailboxes; ranks are threads of one process (tests only)",
+                  [fabric](int rank, int size, const ConnectOptions& options) {
+                    if (size != fabric->size()) {
+                      throw InvalidArgument(Where{rank}, "transport inproc: size ", size,
+                                            " differs from the fabric's ", fabric->size());
+                    }
+                    return fabric->Connect(rank, options.timeout);
+                  },
+                  {},
+                  /*ranks_from_launcher=*/false,
+                  /*builtin=*/false});
 }
 
 }  // namespace zen

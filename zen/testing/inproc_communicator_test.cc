@@ -1,12 +1,16 @@
 // In-process specifics; the shared point-to-point semantics are tested for
 // every backend in transport_test.cc.
-#include "zen/comm/inproc_communicator.h"
+#include "zen/testing/inproc_communicator.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -70,6 +74,36 @@ TEST(InProcFabricTest, WaitingTwiceReportsTheSameOutcome) {
   a->Send(1, 1, next)->Wait();
   b->Recv(0, 1, in)->Wait();
   EXPECT_EQ(in, next);
+}
+
+// AddInProcTransport: the "inproc" entry of a transport table, not built
+// in, connecting the fabric's ranks by name.
+TEST(InProcFabricTest, IsTheInprocEntryOfATransportTable) {
+  TransportRegistry transports = BuiltinTransports();
+  AddInProcTransport(transports, std::make_shared<InProcFabric>(4));
+  const TransportInfo* inproc = transports.Find("inproc");
+  ASSERT_NE(inproc, nullptr);
+  EXPECT_FALSE(inproc->builtin);
+  EXPECT_FALSE(inproc->ranks_from_launcher);
+  ConnectOptions options;
+  options.timeout = std::chrono::seconds(20);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = transports.Connect("inproc", r, 4, options);
+        const std::vector<int64_t> all = AllGatherInt(*comm, 100 + r);
+        for (int p = 0; p < 4; ++p) EXPECT_EQ(all[static_cast<size_t>(p)], 100 + p);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  EXPECT_THROW(transports.Connect("inproc", 0, 3, options), InvalidArgument);  // not the fabric's size
+  EXPECT_THROW(AddInProcTransport(transports, std::make_shared<InProcFabric>(2)), InvalidArgument);
 }
 
 }  // namespace

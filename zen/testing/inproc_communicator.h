@@ -1,4 +1,4 @@
-// zen/comm/inproc_communicator.h — an in-process transport for tests: the
+// zen/testing/inproc_communicator.h — an in-process transport for tests: the
 // ranks are threads of one process and messages go through shared
 // mailboxes, so algorithm logic can be tested without a network.
 //
@@ -11,6 +11,9 @@
 // gives up its place: the message it would have matched is dropped, so later
 // receives under the same key stay in order.
 //
+// It is the "inproc" entry of a transport table when the test library adds
+// it (AddInProcTransport): zen's product libraries do not carry it.
+//
 // Usage:
 //   zen::InProcFabric fabric(4);                      // shared by the threads
 //   // in thread r:
@@ -22,6 +25,7 @@
 #include <memory>
 
 #include "zen/comm/communicator.h"
+#include "zen/comm/transport.h"
 
 namespace zen {
 
@@ -46,5 +50,10 @@ class InProcFabric {
   int size_;
   std::shared_ptr<inproc::Mailboxes> boxes_;
 };
+
+// Adds the entry "inproc" to `transports`: its factory connects `rank` of
+// `fabric` (size must be the fabric's; the options' timeout is the
+// receive timeout, the other fields are ignored).
+void AddInProcTransport(TransportRegistry& transports, std::shared_ptr<InProcFabric> fabric);
 
 }  // namespace zen
