@@ -151,7 +151,8 @@ TransportInfo Transport(const Flags& flags) {
   if (const TransportInfo* t = transports.Find(id)) return *t;
   std::string known;
   for (const std::string& k : transports.ids()) known += (known.empty() ? "" : ", ") + k;
-  throw UsageError("--transport " + id + ": unknown transport (this build has: " + known + ")");
+  throw UsageError("--transport " + id + ": unknown transport (this build has: " + known +
+                   "; one that needs an optional library, as MPI does, exists only in builds with it)");
 }
 
 // Whether this process was started by an external launcher that set its
