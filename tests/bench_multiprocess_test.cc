@@ -137,7 +137,7 @@ TEST(BenchMultiProcess, BadSchemeNameFailsBeforeSpawning) {
   EXPECT_NE(run.status, 0);
 }
 
-// ---- the launcher and exit codes (issue 13, item 5) ----
+// ---- the launcher and exit codes ----
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -296,7 +296,7 @@ TEST(BenchRankMode, InexactResultExitsNonZeroOnEveryRank) {
   EXPECT_NE(err.find("inexact result"), std::string::npos) << err;
 }
 
-// ---- external launchers, transports, the sweep (issue 17) ----
+// ---- external launchers, transports, the sweep ----
 
 // Runs a shell command; returns its exit status (128 + signal if killed).
 int Shell(const std::string& cmd) {

@@ -1,6 +1,7 @@
 """zen.connect_url and zen.connect: rendezvous URLs (file:, tcp:, env://),
 reruns in one directory, launcher variables read at the Python edge, and
-timeout validation (issue 13.6, issue 17). Peers are real processes where
+timeout validation, the transport table (transport="mpi" under mpirun) and
+the who-is-missing notices. Peers are real processes where
 the launcher's environment differs per rank."""
 
 import os

@@ -82,12 +82,10 @@ uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
 //
 // The eager limit depends only on the world size, so all ranks agree on it:
 // 16 MiB of posted frames per all-to-all round (n-1 receives), at least
-// 64 KiB and at most 2 MiB per message (2 MiB at n <= 9). Measured on the
-// 8-host testbed, a second transfer costs a send-ready/receive-ready
-// handshake whose small control messages queue behind the bulk data on a
-// loaded link: with the earlier 1 MiB cap, messages of 1.0-1.2 MB per peer
-// (30000 x 512 rows, uniform, 2%) took zen 257 ms, with 2 MiB 167-171
-// (docs/performance.md, 2026-12-06).
+// 64 KiB and at most 2 MiB per message (2 MiB at n <= 9). A second transfer
+// costs a send-ready/receive-ready handshake whose small control messages
+// queue behind the bulk data on a loaded link, so messages up to 2 MiB go
+// in one (the testbed figures are in docs/performance.md).
 uint64_t EagerBytes(int world) {
   constexpr uint64_t kMin = uint64_t{64} << 10, kMax = uint64_t{2} << 20;
   constexpr uint64_t kRoundBudget = uint64_t{16} << 20;
@@ -172,12 +170,10 @@ struct PostState {
 // notification to the peer (a syscall) while holding it. When data for that
 // pair arrives meanwhile, the loop thread's try-lock fails and, its epoll
 // being level-triggered, it is woken again at once: it spins until the
-// caller lets go. Measured on 8 ranks over loopback (uprobes on Gloo's
-// Pair::handleEvents and handleReadWrite): 84% of the loop's wake-ups were
-// such failed try-locks, and the loop threads took 60% of the CPU of a
-// small tensor's calls. Posted from the loop thread itself, the lock is
+// caller lets go, and the loop threads spend most of a small tensor's CPU
+// on such failed try-locks. Posted from the loop thread itself, the lock is
 // never contended, and a round's posts go in one wake-up (an eventfd).
-// docs/sections/comm.md has the before/after figures.
+// docs/sections/comm.md has the figures.
 class LoopPoster final : public gloo::transport::tcp::Handler {
  public:
   struct Op {
