@@ -99,8 +99,9 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore, public KeyC
   }
 
   [[noreturn]] void Fail(const char* op, const std::string& key, const std::string& why) const {
-    throw TransportError(Where{}, "rendezvous: the Redis server at ", address_, " did not ", op,
-                         " key '", key, "' within the timeout: waited ", Since(opened_).count(),
+    throw TransportError(Where{}, "rendezvous: the Redis server at ", address_,
+                         " did not answer within the timeout (", op, " key '", key,
+                         "'): waited ", Since(opened_).count(),
                          " ms since the store was opened (timeout ", timeout_.count(),
                          " ms); ", why);
   }

@@ -45,7 +45,6 @@ class AtomicSet {
   virtual bool TrySet(const std::string& key, const std::vector<char>& value) = 0;
 };
 
-
 // Set-if-absent: false when the key already exists (atomic for stores with
 // AtomicSet and for stores that refuse to overwrite: zen's FileStore and Redis
 // store, Gloo's Hash store; for other stores that overwrite it checks first,
