@@ -2,7 +2,9 @@
 # Debian packages zen needs (only the missing ones), create the Python venv
 # (.venv/: torch 2.13 and the pinned packages of python/requirements.txt, from
 # PyPI), then configure and build Release into build/; and the one sanitizer
-# build that scripts/fuzz-smoke and scripts/soak share. Sourced, not run.
+# build that scripts/fuzz-smoke and scripts/soak share; and the testbed +
+# torchrun launch that scripts/train-testbed and scripts/topk-testbed share.
+# Sourced, not run.
 set -euo pipefail
 
 ZEN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -113,4 +115,74 @@ zen_configure_sanitizers() {
     -DZEN_BUILD_TESTS=ON -DZEN_BUILD_BENCH=OFF -DZEN_BUILD_PYTHON=OFF \
     >"$ZEN_SANITIZE_BUILD.configure.log" 2>&1 \
     || { cat "$ZEN_SANITIZE_BUILD.configure.log"; die "cmake configure failed (log above)"; }
+}
+
+# --- training jobs on the testbed (scripts/train-testbed, scripts/topk-testbed)
+
+# zen_testbed_check: dies unless this is root (network namespaces and tc),
+# $ZEN_BUILD/python/zen exists and $ZEN_VENV's python imports torch. Sets
+# ZEN_VENV_PYTHON.
+zen_testbed_check() {
+  [ "$(id -u)" -eq 0 ] || die "must run as root: the testbed needs network namespaces and tc (try sudo $0)"
+  [ -d "$ZEN_BUILD/python/zen" ] \
+    || die "no $ZEN_BUILD/python/zen: build first ((source scripts/lib.sh && zen_venv && zen_build))"
+  ZEN_VENV_PYTHON=$ZEN_VENV/bin/python
+  "$ZEN_VENV_PYTHON" -c "import torch" 2>/dev/null \
+    || die "$ZEN_VENV_PYTHON has no torch: create the venv ((source scripts/lib.sh && zen_venv))"
+}
+
+# zen_testbed_up TAG HOSTS RATE: brings up HOSTS hosts whose links are shaped
+# to RATE both ways (scripts/testbed, namespaces zentb<TAG>-h<i>, host i at
+# 10.77.0.<i+1>), after removing any left over under TAG. On every way out
+# (EXIT; INT and TERM exit 130) the ranks still running are killed and the
+# testbed is removed.
+ZEN_TESTBED_TAG=""
+ZEN_TESTBED_HOSTS=0
+ZEN_TESTBED_PIDS=()
+zen_testbed_down() {
+  local p
+  for p in "${ZEN_TESTBED_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  ZEN_TESTBED_PIDS=()
+  [ -z "$ZEN_TESTBED_TAG" ] || "$ZEN_ROOT/scripts/testbed" down "$ZEN_TESTBED_TAG" >/dev/null 2>&1 || true
+}
+zen_testbed_up() {
+  ZEN_TESTBED_TAG=$1 ZEN_TESTBED_HOSTS=$2
+  trap zen_testbed_down EXIT
+  trap 'exit 130' INT TERM
+  zen_testbed_down
+  "$ZEN_ROOT/scripts/testbed" up "$2" "$3" "$1" >/dev/null
+}
+
+# zen_testbed_torchrun PORT LOG SCRIPT [ARG...]: one run of SCRIPT on every
+# host of the testbed, as users launch it: inside host i, the venv's
+# `python -m torch.distributed.run --nnodes HOSTS --nproc-per-node 1
+# --node-rank i --master-addr 10.77.0.1 --master-port PORT` (static
+# rendezvous; zen's rendezvous goes through the same torch store; each
+# worker's stderr also kept by torchrun, --redirects 2 --tee 2). Gloo is
+# bound to the testbed interface (GLOO_SOCKET_IFNAME=zentb0), zen to the
+# host's address (ZEN_HOSTNAME); OMP_NUM_THREADS=1 so that the ranks share
+# the cores fairly; PYTHONPATH=$ZEN_BUILD/python. The allocator is left as
+# users get it (no GLIBC_TUNABLES is set; one in the caller's environment is
+# passed on). Rank 0's output goes to LOG, host i's to LOG less its .log
+# suffix plus .host<i>.log. Waits for every rank; when one failed, prints
+# the end of LOG on stderr and returns its status.
+zen_testbed_torchrun() {
+  local port=$1 log_0=$2 script=$3 rc=0 i p log
+  shift 3
+  ZEN_TESTBED_PIDS=()
+  for ((i = 0; i < ZEN_TESTBED_HOSTS; i++)); do
+    log=$log_0
+    [ "$i" -eq 0 ] || log="${log_0%.log}.host$i.log"
+    ip netns exec "zentb$ZEN_TESTBED_TAG-h$i" env PYTHONPATH="$ZEN_BUILD/python" \
+      GLOO_SOCKET_IFNAME=zentb0 ZEN_HOSTNAME="10.77.0.$((i + 1))" OMP_NUM_THREADS=1 \
+      PYTHONUNBUFFERED=1 \
+      "$ZEN_VENV_PYTHON" -m torch.distributed.run --nnodes "$ZEN_TESTBED_HOSTS" \
+      --nproc-per-node 1 --node-rank "$i" --master-addr 10.77.0.1 --master-port "$port" \
+      --redirects 2 --tee 2 "$script" "$@" >"$log" 2>&1 &
+    ZEN_TESTBED_PIDS+=($!)
+  done
+  for p in "${ZEN_TESTBED_PIDS[@]}"; do wait "$p" || rc=$?; done
+  ZEN_TESTBED_PIDS=()
+  [ "$rc" -eq 0 ] || tail -30 "$log_0" >&2
+  return "$rc"
 }

@@ -83,6 +83,7 @@ import torch
 import torch.distributed as dist
 
 import zen
+from zen._ddp import ZenState, _trace_name, _unwrap
 
 __all__ = ["TopKState", "topk_hook"]
 
@@ -142,7 +143,15 @@ class TopKState:
             lengthened the step (docs/sections/sparsify.md). Steps that are
             recorded (``record``) are not coalesced.
         record: a path: write what every rank sent in `record_steps` steps
-            as a zen-trace/1 file (see the module's docstring).
+            as a zen-trace/1 file for ``zen analyze`` and ``zen bench
+            --trace`` (rank 0 writes it, rewritten after every recorded
+            bucket): per step k and parameter ``step<k>.<name>`` (rows =
+            numel, width 1: the selected values, or every value of a
+            parameter that stays dense) and ``step<k>.all`` (all of them in
+            bucket order: the step's whole synchronization). Recorded
+            buckets also gather every rank's selection, so they cost
+            traffic while recording lasts (zen.sparsify's docstring,
+            "Recording").
         record_steps: how many steps to record (default 3).
         record_start: the first recorded step (default warmup_steps +
             ramp_steps: the first at the final ratio).
@@ -220,8 +229,7 @@ class TopKState:
     @property
     def zen_state(self):
         if self._zen_state is None:
-            import zen.torch  # late: zen.torch imports this module
-            self._zen_state = zen.torch.ZenState(self._process_group)
+            self._zen_state = ZenState(self._process_group)
         return self._zen_state
 
     def current_ratio(self, step=None):
@@ -640,7 +648,6 @@ def _sparse_bucket_device(state, bucket, ratio):
             future.set_result(buffer)
         except Exception as e:  # noqa: BLE001 (handed to DDP)
             future.set_exception(e)
-    from zen.torch import _unwrap  # late: zen.torch imports this module
     return future.then(_unwrap)
 
 
@@ -719,11 +726,6 @@ def _flush_step(state):
 
 
 # --- recording what the ranks sent (record=) --------------------------------
-
-def _trace_name(step, name):
-    clean = "".join(c if c.isalnum() or c in "_.:-" else "_" for c in name)
-    return f"step{step}.{clean}"[:200]
-
 
 def _record_items(state, index, step, parts):
     """Items that gather every rank's sent values of each part to every rank:
