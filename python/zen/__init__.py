@@ -66,6 +66,7 @@ if _Context is not None:
         create_scheme,
         default_scheme,
         schemes,
+        transports,
         write_trace,
     )
 
@@ -88,6 +89,7 @@ if _Context is not None:
         "create_scheme",
         "default_scheme",
         "schemes",
+        "transports",
         "write_trace",
     ]
 
