@@ -55,7 +55,8 @@ result is exact, 3 when one is not (or a scheme raised), 1 when a process
 failed, 2 on a wrong command line (docs/benchmark.md).
 
   --trace FILE       a zen-trace/1 file (default: the shipped GCIDE trace)
-  --tensor NAME      tensor of the trace (default: its first)
+  --tensor NAME      tensor of the trace, as `zen analyze` names it: step0.name
+                     or name (its first step); default: the trace's first
   --synthetic SPEC   zipf:rows=R,width=W,density=D,skew=S[,seed=X]
   --schemes LIST     comma-separated scheme ids, or all (default)
   --iters K          measured iterations (default 5); --warmup W (default 1)
