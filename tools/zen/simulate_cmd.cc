@@ -2,19 +2,10 @@
 // has, from the cost model (zen/analysis/cost_model.h) and a sparsity profile
 // measured on a trace (or a synthetic workload) and extrapolated.
 //
-// Extrapolation (docs/performance.md, "Beyond one machine"):
-//   - per-rank density, block density, the share of rows (and blocks) in each
-//     of the n even ranges, and so the skewness at n: measured on the trace's
-//     ranks, pooled (they do not depend on how many ranks there are);
-//   - the union's range shares: those of the trace's union;
-//   - gamma(k): the union-growth curve measured on the trace (mean over the
-//     K cyclic windows of k consecutive ranks, k = 1..K), fitted by a power
-//     law gamma(k) = k^beta through gamma(1) = 1 (least squares on logs,
-//     Heaps' law of vocabulary growth) and capped at rows / nnz; the same
-//     for blocks (OmniReduce).
-// World sizes <= K use the exact profile of the trace's first n ranks, as
-// `zen bench` uses them. --fit-ranks K fits on fewer ranks to test the
-// extrapolation against measured ranks.
+// The extrapolation (zen/analysis/profiler.h, Extrapolation; docs/
+// performance.md, "Beyond one machine") fits the union growth of the trace's
+// ranks by a power law; --fit-ranks K fits on fewer ranks to test it against
+// measured ranks.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -114,98 +105,6 @@ Base LoadBase(const Flags& flags) {
   return b;
 }
 
-// Mean over the K cyclic windows of k consecutive ranks of |union| / mean
-// size, for k = 1..K; `key` maps a tensor to the sorted items counted.
-template <typename Key>
-std::vector<double> GrowthCurve(const std::vector<SparseTensor>& ranks, Key key) {
-  const size_t n = ranks.size();
-  std::vector<std::vector<int64_t>> items;
-  for (const auto& t : ranks) items.push_back(key(t));
-  std::vector<double> gamma(n, 0.0);
-  for (size_t s = 0; s < n; ++s) {
-    std::vector<int64_t> u;
-    double total = 0;
-    for (size_t k = 1; k <= n; ++k) {
-      const auto& next = items[(s + k - 1) % n];
-      std::vector<int64_t> merged;
-      std::set_union(u.begin(), u.end(), next.begin(), next.end(), std::back_inserter(merged));
-      u.swap(merged);
-      total += static_cast<double>(next.size());
-      gamma[k - 1] +=
-          total > 0 ? static_cast<double>(u.size()) / (total / static_cast<double>(k)) : 1;
-    }
-  }
-  for (double& g : gamma) g /= static_cast<double>(n);
-  return gamma;
-}
-
-std::vector<int64_t> BlocksOf(const SparseTensor& t, int64_t block_values) {
-  std::vector<int64_t> out;
-  for (int64_t id : t.ids()) {
-    const int64_t b0 = id * t.width() / block_values,
-                  b1 = ((id + 1) * t.width() - 1) / block_values;
-    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b)
-      out.push_back(b);
-  }
-  return out;
-}
-
-// gamma(k) = k^beta: least squares of log gamma on log k through the origin.
-struct PowerFit {
-  double beta = 1;
-  double max_rel_residual = 0;  // over the measured k
-  double At(double k) const { return std::pow(k, beta); }
-};
-
-PowerFit FitPower(const std::vector<double>& gamma) {
-  PowerFit f;
-  double sxy = 0, sxx = 0;
-  for (size_t k = 2; k <= gamma.size(); ++k) {
-    const double x = std::log(static_cast<double>(k)), y = std::log(std::max(gamma[k - 1], 1e-12));
-    sxy += x * y;
-    sxx += x * x;
-  }
-  f.beta = sxx > 0 ? std::clamp(sxy / sxx, 0.0, 1.0) : 1.0;
-  for (size_t k = 1; k <= gamma.size(); ++k) {
-    f.max_rel_residual = std::max(
-        f.max_rel_residual, std::abs(f.At(static_cast<double>(k)) - gamma[k - 1]) / gamma[k - 1]);
-  }
-  return f;
-}
-
-struct Extrapolator {
-  std::vector<SparseTensor> ranks;
-  PowerFit rows_fit, blocks_fit;
-  int64_t block_values = 256;
-
-  bool Exact(int world) const { return world <= static_cast<int>(ranks.size()); }
-
-  WorkloadProfile At(int world) const {
-    if (Exact(world)) {
-      return ProfileInputs(std::span<const SparseTensor>(ranks.data(), static_cast<size_t>(world)),
-                           block_values);
-    }
-    // Range statistics at `world` ranges from the K measured ranks (their
-    // copies carry no ids, so the union is the measured ranks' union).
-    std::vector<RankSummary> s;
-    for (const auto& t : ranks) s.push_back(Summarize(t, world, block_values, 1.0, 0));
-    const size_t k = ranks.size();
-    for (size_t i = k; i < static_cast<size_t>(world); ++i) {
-      RankSummary copy = s[i % k];
-      copy.sampled_ids.clear();
-      s.push_back(std::move(copy));
-    }
-    WorkloadProfile p = CombineSummaries(s, ranks[0].rows(), ranks[0].width(), block_values);
-    const double cap = p.sparsity.density > 0 ? 1 / p.sparsity.density : 1;
-    for (int j = 1; j <= world; ++j) {
-      p.sparsity.gamma[static_cast<size_t>(j - 1)] = std::min(rows_fit.At(j), cap);
-    }
-    const double block_cap = p.block_density > 0 ? 1 / p.block_density : 1;
-    p.block_gamma_n = std::min(blocks_fit.At(world), block_cap);
-    return p;
-  }
-};
-
 std::vector<int> WorldList(const Flags& flags) {
   std::vector<int> out;
   for (const auto& w : SplitList(flags.Str("world", "16,64,256,1024"))) {
@@ -242,25 +141,17 @@ json PredictionJson(const Prediction& p, double dense_s) {
 }
 
 
-// One tensor's fitted extrapolation, with the figures printed about it.
+// One tensor's fitted extrapolation (zen/analysis/profiler.h).
 struct Modeled {
   std::string name;
-  Extrapolator x;
-  std::vector<double> gamma, block_gamma;
+  Extrapolation x;
   double density = 0;
 };
 
 Modeled Model(const Item& item, int fit) {
   Modeled m;
   m.name = item.name;
-  m.x.ranks.assign(item.ranks.begin(), item.ranks.begin() + fit);
-  m.gamma = GrowthCurve(m.x.ranks, [](const SparseTensor& t) {
-    return std::vector<int64_t>(t.ids().begin(), t.ids().end());
-  });
-  m.block_gamma =
-      GrowthCurve(m.x.ranks, [&](const SparseTensor& t) { return BlocksOf(t, m.x.block_values); });
-  m.x.rows_fit = FitPower(m.gamma);
-  m.x.blocks_fit = FitPower(m.block_gamma);
+  m.x = FitExtrapolation(std::vector<SparseTensor>(item.ranks.begin(), item.ranks.begin() + fit));
   double nnz = 0;
   for (const auto& t : m.x.ranks) nnz += static_cast<double>(t.nnz());
   m.density = nnz / fit / static_cast<double>(m.x.ranks[0].rows());
@@ -343,15 +234,12 @@ int RunSimulate(Args args, const Environment&) {
                   static_cast<long long>(t0.rows()), static_cast<long long>(t0.width()),
                   100 * m.density, fit);
       std::printf("gamma(k)  measured");
-      for (double g : m.gamma) std::printf(" %.3f", g);
+      for (double g : m.x.gamma) std::printf(" %.3f", g);
       std::printf("\n          fit k^%.4f (max residual %.1f%%); blocks k^%.4f (%.1f%%)\n",
                   m.x.rows_fit.beta, 100 * m.x.rows_fit.max_rel_residual, m.x.blocks_fit.beta,
                   100 * m.x.blocks_fit.max_rel_residual);
       if (fit < ranks) {
-        const std::vector<double> truth =
-            GrowthCurve(base.items[i].ranks, [](const SparseTensor& t) {
-              return std::vector<int64_t>(t.ids().begin(), t.ids().end());
-            });
+        const std::vector<double> truth = RowGrowthCurve(base.items[i].ranks);
         const double at = m.x.rows_fit.At(static_cast<double>(truth.size()));
         std::printf(
             "holdout   gamma(%zu): measured %.3f, fit of %d ranks predicts %.3f (%+.1f%%)\n",
@@ -364,16 +252,16 @@ int RunSimulate(Args args, const Environment&) {
       }
       std::printf("%-36s %10lld %6lld %8.3f%% %9.2f %8.3f\n", m.name.c_str(),
                   static_cast<long long>(t0.rows()), static_cast<long long>(t0.width()),
-                  100 * m.density, m.gamma.back(), m.x.rows_fit.beta);
+                  100 * m.density, m.x.gamma.back(), m.x.rows_fit.beta);
     }
     tensors.push_back({{"name", m.name},
                        {"rows", t0.rows()},
                        {"width", t0.width()},
                        {"density", m.density},
-                       {"gamma_measured", m.gamma},
+                       {"gamma_measured", m.x.gamma},
                        {"gamma_beta", m.x.rows_fit.beta},
                        {"gamma_fit_max_residual", m.x.rows_fit.max_rel_residual},
-                       {"block_gamma_measured", m.block_gamma},
+                       {"block_gamma_measured", m.x.block_gamma},
                        {"block_gamma_beta", m.x.blocks_fit.beta}});
   }
   std::printf("network   %s per link, %.1f us per round\n\n", rate.c_str(), net.latency_s * 1e6);
@@ -383,10 +271,10 @@ int RunSimulate(Args args, const Environment&) {
               {"rows", m0.x.ranks[0].rows()},
               {"width", m0.x.ranks[0].width()},
               {"fit_ranks", fit},
-              {"gamma_measured", m0.gamma},
+              {"gamma_measured", m0.x.gamma},
               {"gamma_beta", m0.x.rows_fit.beta},
               {"gamma_fit_max_residual", m0.x.rows_fit.max_rel_residual},
-              {"block_gamma_measured", m0.block_gamma},
+              {"block_gamma_measured", m0.x.block_gamma},
               {"block_gamma_beta", m0.x.blocks_fit.beta},
               {"tensors", tensors},
               {"bandwidth_bits_per_s", net.bandwidth_bytes_per_s * 8},
