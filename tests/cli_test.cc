@@ -121,7 +121,7 @@ TEST(Cli, UnknownFlagsAndStrayArgumentsAreErrors) {
   const std::vector<std::vector<std::string>> cases = {
       {"bench", "--no-such-flag"},     {"bench", "-x"},      {"bench", "stray"},
       {"bench", "--world"},            {"bench", "--quiet=1"}, {"bench", "--world", "two"},
-      {"schemes", "extra"},            {"schemes", "--all"}, {"simulate", "stray"},
+      {"schemes", "extra"},            {"schemes", "--all"}, {"simulate", "a.safetensors", "stray"},
       {"simulate", "-v"},              {"analyze"},          {"analyze", "a.safetensors", "b"},
       {"analyze", "a.safetensors", "--bogus"}, {"nosuch"},   {"--bogus"},
       {"version", "extra"},            {"help", "nosuch"}};

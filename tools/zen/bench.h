@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,11 @@ struct BenchConfig {
   std::vector<std::string> schemes;
   int iters = 5;
   int warmup = 1;
-  bool progress = false;
+  bool progress = false;  // rank 0 shows what runs on stderr (in place on a terminal)
+  std::string point;      // the sweep's size point running, for the progress ("" = none)
+  // Rank 0: called with each scheme's combined row (and the tensor's
+  // summary) as soon as every rank has measured it.
+  std::function<void(const nlohmann::json& row, const nlohmann::json& tensor)> on_row;
   int threads = 0;
   std::string wire_iface;  // testbed: interface whose counters give wire bytes
   // The result's form: false, a sorted sparse tensor (Scheme::Sync); true,

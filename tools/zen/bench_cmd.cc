@@ -27,6 +27,7 @@
 #include "zen/core/error.h"
 #include "zen/workload/synthetic.h"
 #include "zen/workload/trace.h"
+#include "zen/version.h"
 
 namespace zen::cli {
 namespace {
@@ -51,7 +52,8 @@ result is exact, 3 when one is not (or a scheme raised), 1 when a process
 failed, 2 on a wrong command line (docs/benchmark.md).
 
   --trace FILE       a zen-trace/1 file (default: the shipped GCIDE trace)
-  --tensor NAME      tensor of the trace (default: its first)
+  --tensor NAME      tensor of the trace, as `zen analyze` names it: step0.name
+                     or name (its first step); default: the trace's first
   --synthetic SPEC   zipf:rows=R,width=W,density=D,skew=S[,seed=X]
   --schemes LIST     comma-separated scheme ids, or all (default)
   --iters K          measured iterations (default 5); --warmup W (default 1)
@@ -64,7 +66,14 @@ failed, 2 on a wrong command line (docs/benchmark.md).
                      (SchemeOptions::check_agreement): the collective alone,
                      what a tensor costs in a batch of the engine, whose one
                      round agrees on the whole batch; not the peers
-  --quiet            no progress display (also off when stderr is no terminal)
+  --quiet            no progress: without it, the size point and scheme
+                     running go to stderr (one line each when stderr is not
+                     a terminal, e.g. a CI log), and a sweep prints each
+                     result row as it completes
+  -n K, -w W         nccl-tests' names of --iters K and --warmup W
+  -b MIN -e MAX -f F nccl-tests' sweep of the dense size in bytes (K, M, G
+                     suffixes): --sweep rows from MIN / (4 x width) to
+                     MAX / (4 x width) rows, times F each step
   --sweep KIND       a size sweep like nccl-tests: rows (4096 to 4194304, x4)
                      or density (1e-4 to 0.3, x4) of the --synthetic spec, with
                      algbw/busbw columns next to recv/LB
@@ -92,6 +101,82 @@ const std::set<std::string> kValues = {"world", "trace", "tensor", "synthetic", 
                                        "testbed", "peers", "report-file", "wire-iface",
                                        "transport", "sweep", "sweep-range", "output"};
 const std::set<std::string> kSwitches = {"quiet", "progress", "no-agreement"};
+
+// The JSON report's layout version (docs/benchmark.md); raised when a field
+// changes meaning or goes away.
+constexpr int kJsonSchemaVersion = 2;
+
+// nccl-tests' size in bytes: a number with an optional K, M or G (powers of
+// 1024), as its -b/-e take it.
+double NcclBytes(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  double scale = 1;
+  if (used > 0 && used + 1 == text.size()) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+    scale = c == 'K' ? 1024.0 : c == 'M' ? 1048576.0 : c == 'G' ? 1073741824.0 : 0;
+    if (scale > 0) ++used;
+  }
+  if (used == 0 || used != text.size() || !(v > 0)) {
+    throw UsageError(flag + " " + text + ": expected a size in bytes (e.g. 8, 64K, 128M)");
+  }
+  return v * scale;
+}
+
+// nccl-tests' short options as zen's: -n K -> --iters K, -w W -> --warmup
+// W, -b/-e/-f (bytes of the dense tensor) -> --sweep rows --sweep-range in
+// rows of the --synthetic spec's width. Other arguments pass unchanged.
+std::vector<std::string> ExpandNcclAliases(Args args) {
+  std::vector<std::string> out;
+  std::optional<std::string> b, e, f;
+  bool after_dashes = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string a(args[i]);
+    const bool alias = !after_dashes && (a == "-n" || a == "-w" || a == "-b" || a == "-e" || a == "-f");
+    if (a == "--") after_dashes = true;
+    if (!alias) {
+      out.push_back(a);
+      continue;
+    }
+    if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
+    const std::string v(args[++i]);
+    if (a == "-n") out.insert(out.end(), {"--iters", v});
+    if (a == "-w") out.insert(out.end(), {"--warmup", v});
+    if (a == "-b") b = v;
+    if (a == "-e") e = v;
+    if (a == "-f") f = v;
+  }
+  if (!b && !e && !f) return out;
+  Flags plain(out, kValues, kSwitches);
+  if (plain.Has("sweep-range")) throw UsageError("give -b/-e/-f or --sweep-range, not both");
+  if (plain.Str("sweep", "rows") != "rows") {
+    throw UsageError("-b/-e/-f sweep the size (--sweep rows), not --sweep " + plain.Str("sweep", ""));
+  }
+  const SyntheticSpec base =
+      ParseSyntheticSpec(plain.Str("synthetic", "zipf:width=64,density=0.01,skew=1.1"));
+  const double row_bytes = 4.0 * static_cast<double>(base.width);
+  const double lo = NcclBytes("-b", b.value_or("8M")), hi = NcclBytes("-e", e.value_or(b ? *b : "8M"));
+  double factor = 2;
+  if (f) {
+    try {
+      factor = std::stod(*f);
+    } catch (const std::exception&) {
+      factor = 0;
+    }
+  }
+  if (!(factor > 1)) throw UsageError("-f " + f.value_or("") + ": the step factor must be > 1");
+  const double from = std::max(1.0, std::round(lo / row_bytes)), to = std::max(from, std::round(hi / row_bytes));
+  char range[96];
+  std::snprintf(range, sizeof range, "%.0f:%.0f:%g", from, to, factor);
+  if (!plain.Has("sweep")) out.insert(out.end(), {"--sweep", "rows"});
+  out.insert(out.end(), {"--sweep-range", range});
+  return out;
+}
 
 BenchConfig Config(const Flags& flags, const Environment& env) {
   BenchConfig c;
@@ -127,8 +212,11 @@ BenchConfig Config(const Flags& flags, const Environment& env) {
 
 void WriteJson(const Flags& flags, const nlohmann::json& report) {
   if (auto out = flags.Get("json")) {
+    nlohmann::json versioned = report;
+    versioned["zen_version"] = kVersion;
+    versioned["schema_version"] = kJsonSchemaVersion;
     std::ofstream f(*out);
-    f << report.dump(2) << "\n";
+    f << versioned.dump(2) << "\n";
     if (!f) throw InvalidArgument("cannot write --json " + *out);
   }
 }
@@ -172,23 +260,49 @@ std::vector<Workload> Workloads(const Flags& flags, int world, const Environment
   return out;
 }
 
+// Whether a sweep's rows are printed by worker rank 0 as they complete
+// (not with --quiet: then the table comes whole at the end).
+bool StreamsRows(const Flags& flags) { return flags.Has("sweep") && !flags.Has("quiet"); }
+
 // Runs every workload (one, or the sweep's) and returns the report: a
 // single run's, or {"sweep": KIND, "points": [one report per size]}.
 nlohmann::json RunAll(Communicator& comm, const Flags& flags, const std::vector<Workload>& workloads,
                       const BenchConfig& config) {
   if (!flags.Has("sweep")) return RunWorker(comm, workloads.at(0), config);
   nlohmann::json points = nlohmann::json::array();
-  for (const Workload& w : workloads) {
-    nlohmann::json report = RunWorker(comm, w, config);
+  const std::vector<SyntheticSpec> specs = SweepPoints(flags);
+  bool header_printed = false;
+  for (size_t i = 0; i < workloads.size(); ++i) {
+    BenchConfig point = config;
+    char label[160];
+    std::snprintf(label, sizeof label, "size point %zu of %zu (rows %lld, density %.2e)", i + 1,
+                  workloads.size(), static_cast<long long>(specs[i].rows), specs[i].density);
+    point.point = label;
+    // Rows stream as they complete (a sweep takes minutes): the sweep's
+    // header before the first row, then each (size, scheme) row; the
+    // printer of the whole report then skips them (StreamsRows).
+    if (StreamsRows(flags) && comm.rank() == 0) {
+      point.on_row = [&](const nlohmann::json& row, const nlohmann::json& tensor) {
+        nlohmann::json p = {{"tensor", tensor},        {"world_size", comm.size()},
+                            {"iters", config.iters},   {"warmup", config.warmup},
+                            {"results", nlohmann::json::array({row})}};
+        AddBandwidths(p);
+        PrintSweep({{"sweep", flags.Str("sweep", "")}, {"points", nlohmann::json::array({p})}},
+                   /*header=*/!header_printed);
+        header_printed = true;
+        std::fflush(stdout);
+      };
+    }
+    nlohmann::json report = RunWorker(comm, workloads[i], point);
     AddBandwidths(report);
     points.push_back(std::move(report));
   }
   return {{"sweep", flags.Str("sweep", "")}, {"points", points}};
 }
 
-void Print(const nlohmann::json& report) {
+void Print(const Flags& flags, const nlohmann::json& report) {
   if (report.contains("sweep")) {
-    PrintSweep(report);
+    if (!StreamsRows(flags)) PrintSweep(report);
   } else {
     PrintReport(report);
   }
@@ -253,7 +367,7 @@ int RunOneWorker(const Flags& flags, const Environment& env, const std::optional
       if (!f) throw InvalidArgument("cannot write --report-file " + *file);
       return 0;
     }
-    Print(report);
+    Print(flags, report);
     std::fflush(stdout);
     WriteJson(flags, report);
   }
@@ -264,7 +378,9 @@ int RunOneWorker(const Flags& flags, const Environment& env, const std::optional
 
 }  // namespace
 
-int RunBench(Args args, const Environment& env) {
+int RunBench(Args raw_args, const Environment& env) {
+  const std::vector<std::string> expanded = ExpandNcclAliases(raw_args);
+  const Args args(expanded);
   Flags flags(args, kValues, kSwitches);
   if (flags.help()) {
     std::fputs(kHelp, stdout);
@@ -313,7 +429,9 @@ int RunBench(Args args, const Environment& env) {
     const SparseTensor& t = workload->per_rank.front();
     CheckDenseOutputFits(t.rows(), t.width(), static_cast<uint64_t>(world), MachineMemoryBytes());
   }
-  const bool progress = !flags.Has("quiet") && isatty(STDERR_FILENO);
+  // Rank 0's progress on stderr: a line that updates in place on a
+  // terminal, one plain line per scheme otherwise (CI logs).
+  const bool progress = !flags.Has("quiet");
   LauncherSignals::ThrowIfInterrupted();
 
   std::unique_ptr<Testbed> bed;  // torn down on every way out
@@ -359,7 +477,7 @@ int RunBench(Args args, const Environment& env) {
     for (nlohmann::json& point : report["points"]) {
       AnnotateReport(point, link ? &*link : nullptr, UsableCores(), tunables);
     }
-    PrintSweep(report);
+    if (!StreamsRows(flags)) PrintSweep(report);
   } else {
     AnnotateReport(report, link ? &*link : nullptr, UsableCores(), tunables);
     PrintReport(report);

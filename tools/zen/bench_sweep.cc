@@ -89,10 +89,11 @@ void AddBandwidths(nlohmann::json& report) {
   }
 }
 
-void PrintSweep(const nlohmann::json& sweep) {
+void PrintSweep(const nlohmann::json& sweep, bool header) {
   const auto& points = sweep["points"];
   if (points.empty()) return;
   const auto& first = points[0];
+  if (header) {
   std::printf("sweep     %s of %s, world %d, %d iterations after %d warm-up\n",
               sweep["sweep"].get<std::string>().c_str(),
               first["tensor"]["source"].get<std::string>().c_str(), first["world_size"].get<int>(),
@@ -101,6 +102,7 @@ void PrintSweep(const nlohmann::json& sweep) {
   std::printf("%12s %10s %12s %12s  %-12s %11s %11s %11s %8s %10s %9s\n", "rows", "density",
               "nnz/rank", "size B", "scheme", "median ms", "algbw GB/s", "busbw GB/s", "recv/LB",
               "max relerr", "rows bad");
+  }
   for (const auto& p : points) {
     const auto& t = p["tensor"];
     double nnz = 0;

@@ -37,7 +37,8 @@ std::vector<SyntheticSpec> SweepPoints(const Flags& flags);
 // point's report.
 void AddBandwidths(nlohmann::json& report);
 
-// The sweep table: one line per size and scheme.
-void PrintSweep(const nlohmann::json& sweep);
+// The sweep table: one line per size and scheme, after the header lines
+// unless `header` is false (rows printed one at a time as they complete).
+void PrintSweep(const nlohmann::json& sweep, bool header = true);
 
 }  // namespace zen::cli

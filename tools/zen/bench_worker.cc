@@ -1,5 +1,6 @@
 // One rank of `zen bench`: the measurement loop and the gather to rank 0.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -95,8 +96,15 @@ json MeasureScheme(Communicator& comm, const std::string& id, const Workload& wo
   for (int it = 0; it < warmup + config.iters; ++it) {
     const int total = warmup + config.iters;
     if (config.progress && comm.rank() == 0) {
-      std::fprintf(stderr, "\r  scheme %d of %zu (%-10s) iteration %d of %d   ", index + 1,
-                   config.schemes.size(), id.c_str(), it + 1, total);
+      const std::string where = config.point.empty() ? "" : config.point + ": ";
+      if (isatty(STDERR_FILENO)) {
+        std::fprintf(stderr, "\r  %sscheme %d of %zu (%-10s) iteration %d of %d   ", where.c_str(),
+                     index + 1, config.schemes.size(), id.c_str(), it + 1, total);
+      } else if (it == 0) {
+        // One plain line per scheme where nothing redraws a line (CI logs).
+        std::fprintf(stderr, "zen bench: %sscheme %d of %zu (%s), %d iterations\n", where.c_str(),
+                     index + 1, config.schemes.size(), id.c_str(), total);
+      }
     }
     if (it == warmup && autoscheme != nullptr && !autoscheme->settled(local.name())) {
       ++warmup;
@@ -284,39 +292,43 @@ json TensorSummary(const Workload& workload) {
 
 json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config) {
   const SparseReference reference(workload.per_rank);
-  std::vector<json> mine;
+  const json tensor = TensorSummary(workload);
+  json results = json::array();
   for (size_t k = 0; k < config.schemes.size(); ++k) {
     const std::string& id = config.schemes[k];
+    json mine;
     try {
-      mine.push_back(MeasureScheme(comm, id, workload, reference, config, static_cast<int>(k)));
+      mine = MeasureScheme(comm, id, workload, reference, config, static_cast<int>(k));
     } catch (const TransportError&) {
       throw;
     } catch (const Error& e) {
       // Input and mismatch errors are raised on every rank alike: report and go on.
-      mine.push_back({{"scheme", id}, {"error", e.what()}});
+      mine = {{"scheme", id}, {"error", e.what()}};
+    }
+    // Each scheme's row is gathered as soon as it is measured, so rank 0
+    // can print it then. A rank's part is a few KiB (its times and counters).
+    const std::string text = mine.dump();
+    const auto gathered =
+        AllGatherV(comm, std::as_bytes(std::span<const char>(text)), int64_t{64} << 20);
+    // Every rank builds the report (so that every rank knows the verdict
+    // and exits accordingly); rank 0 prints it.
+    std::vector<json> ranks;
+    for (const ByteBuffer& b : gathered) {
+      ranks.push_back(json::parse(std::string(reinterpret_cast<const char*>(b.data()), b.size())));
+    }
+    results.push_back(CombineRanks(ranks));
+    if (config.on_row && comm.rank() == 0) {
+      if (config.progress && isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%70s\r", "");
+      config.on_row(results.back(), tensor);
     }
   }
-  if (config.progress && comm.rank() == 0) std::fprintf(stderr, "\r%70s\r", "");
-  const std::string text = json(mine).dump();
-  // A rank's report is a few KiB (its times and counters per scheme).
-  const auto gathered =
-      AllGatherV(comm, std::as_bytes(std::span<const char>(text)), int64_t{64} << 20);
-  // Every rank builds the report (so that every rank knows the verdict and
-  // exits accordingly); rank 0 prints it.
-  std::vector<std::vector<json>> by_rank;
-  for (const ByteBuffer& b : gathered) {
-    by_rank.push_back(json::parse(std::string(reinterpret_cast<const char*>(b.data()), b.size())));
+  if (config.progress && comm.rank() == 0 && isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "\r%70s\r", "");
   }
-  json report = {{"world_size", comm.size()}, {"tensor", TensorSummary(workload)},
+  json report = {{"world_size", comm.size()}, {"tensor", tensor},
                  {"iters", config.iters},     {"warmup", config.warmup},
                  {"output", config.output_dense ? "dense" : "sparse"},
                  {"check_agreement", config.check_agreement}};
-  json results = json::array();
-  for (size_t k = 0; k < config.schemes.size(); ++k) {
-    std::vector<json> ranks;
-    for (const auto& r : by_rank) ranks.push_back(r[k]);
-    results.push_back(CombineRanks(ranks));
-  }
   report["results"] = results;
   return report;
 }

@@ -31,7 +31,10 @@ Workload FromTrace(const std::string& path, const std::string& tensor, int world
                           " ranks; --world " + std::to_string(world) + " needs at least as many");
   }
   if (reader.tensors().empty()) throw InvalidArgument("trace " + path + " holds no tensor");
-  const std::string name = tensor.empty() ? reader.tensors().front().name : tensor;
+  // Named as `zen analyze` and `zen simulate` name it (step0.emb.weight or
+  // emb.weight); one tensor, the file's first by default.
+  const std::string name =
+      tensor.empty() ? reader.tensors().front().name : SelectTraceTensors(reader.tensors(), tensor)[0];
   Workload w;
   w.source = "trace " + std::filesystem::path(path).filename().string() + " tensor " + name +
              (world < reader.world_size() ? " (first " + std::to_string(world) + " of " +

@@ -2,24 +2,16 @@
 // has, from the cost model (zen/analysis/cost_model.h) and a sparsity profile
 // measured on a trace (or a synthetic workload) and extrapolated.
 //
-// Extrapolation (docs/performance.md, "Beyond one machine"):
-//   - per-rank density, block density, the share of rows (and blocks) in each
-//     of the n even ranges, and so the skewness at n: measured on the trace's
-//     ranks, pooled (they do not depend on how many ranks there are);
-//   - the union's range shares: those of the trace's union;
-//   - gamma(k): the union-growth curve measured on the trace (mean over the
-//     K cyclic windows of k consecutive ranks, k = 1..K), fitted by a power
-//     law gamma(k) = k^beta through gamma(1) = 1 (least squares on logs,
-//     Heaps' law of vocabulary growth) and capped at rows / nnz; the same
-//     for blocks (OmniReduce).
-// World sizes <= K use the exact profile of the trace's first n ranks, as
-// `zen bench` uses them. --fit-ranks K fits on fewer ranks to test the
-// extrapolation against measured ranks.
+// The extrapolation (zen/analysis/profiler.h, Extrapolation; docs/
+// performance.md, "Beyond one machine") fits the union growth of the trace's
+// ranks by a power law; --fit-ranks K fits on fewer ranks to test it against
+// measured ranks.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -40,7 +32,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kHelp =
-    R"(usage: zen simulate (--profile TRACE [--tensor NAME] | --synthetic SPEC --ranks K)
+    R"(usage: zen simulate (TRACE [--tensor NAME] [--step K] | --synthetic SPEC --ranks K)
                     [--world LIST] [--bandwidth RATE] [--latency-us L]
                     [--fit-ranks K] [--max-scan N] [--json OUT]
 
@@ -48,10 +40,18 @@ Predicts every modeled scheme's time (and bytes per rank) at each world size
 from the cost model, with the sparsity profile measured on the trace and
 extrapolated to larger worlds: gamma(k) by a power-law fit of the trace's
 union-growth curve, range shares and skewness measured on the trace's ranks.
+"allreduce" is the dense AllReduce a collective library runs (2 (n-1)/n of
+the dense tensor in the fewer rounds of a ring and of halving-doubling), the
+baseline of "best vs allreduce"; "dense" is zen's own dense ring scheme.
 Then prints, per scheme, the first world size (scanning up to --max-scan)
-where it stops beating dense AllReduce.
+where it stops beating the dense AllReduce.
 
-  --profile TRACE    a zen-trace/1 file (its first tensor, or --tensor NAME)
+  TRACE              a zen-trace/1 file (--profile TRACE is the same)
+  --tensor NAME      one tensor, named as `zen analyze` and the recording name
+                     it: step0.emb.weight, or emb.weight (at --step, default
+                     its first step); default: the whole model, every tensor
+                     of one step, each synchronized on its own, times summed
+  --step K           the step of the whole model or of --tensor NAME
   --synthetic SPEC   profile a synthetic workload of --ranks K ranks instead
   --world LIST       comma-separated world sizes (default 16,64,256,1024)
   --bandwidth RATE   link rate, tc syntax: 25gbit, 500mbit (default 25gbit)
@@ -61,122 +61,49 @@ where it stops beating dense AllReduce.
   --json OUT         also write every prediction as JSON
 )";
 
+// One tensor's ranks.
+struct Item {
+  std::string name;
+  std::vector<SparseTensor> ranks;
+};
+
 struct Base {
   std::string source;
-  std::vector<SparseTensor> ranks;
+  std::vector<Item> items;
 };
 
 Base LoadBase(const Flags& flags) {
   Base b;
   if (auto spec = flags.Get("synthetic")) {
+    if (!flags.positional().empty() || flags.Has("profile"))
+      throw UsageError("give either a TRACE or --synthetic, not both");
     const SyntheticSpec s = ParseSyntheticSpec(*spec);
     const int k = static_cast<int>(flags.Int("ranks", 8));
     if (k < 1) throw InvalidArgument("--ranks must be >= 1");
     b.source = "synthetic " + ToString(s) + " x " + std::to_string(k) + " ranks";
-    b.ranks = GenerateSynthetic(s, k);
+    b.items.push_back({ToString(s), GenerateSynthetic(s, k)});
     return b;
   }
-  const auto path = flags.Get("profile");
-  if (!path) throw InvalidArgument("give --profile TRACE or --synthetic SPEC (see --help)");
+  std::optional<std::string> path = flags.Get("profile");
+  if (!flags.positional().empty()) {
+    if (path) throw UsageError("give the TRACE once (positionally, or as --profile TRACE)");
+    path = flags.positional()[0];
+  }
+  if (!path) throw UsageError("give a TRACE or --synthetic SPEC (see --help)");
   TraceReader reader(*path);
   if (reader.tensors().empty()) throw InvalidArgument("trace " + *path + " holds no tensor");
-  const std::string name = flags.Str("tensor", reader.tensors().front().name);
-  b.source = "trace " + *path + " tensor " + name;
-  b.ranks = reader.ReadTensor(name);
+  const std::vector<std::string> names =
+      SelectTraceTensors(reader.tensors(), flags.Str("tensor", ""), flags.Int("step", -1));
+  if (names.size() == 1) {
+    b.source = "trace " + *path + " tensor " + names[0];
+  } else {
+    const StepName step = ParseStepName(names[0]);
+    b.source = "trace " + *path + " whole model: " + std::to_string(names.size()) + " tensors" +
+               (step.step >= 0 ? " of step " + std::to_string(step.step) : std::string());
+  }
+  for (const std::string& name : names) b.items.push_back({name, reader.ReadTensor(name)});
   return b;
 }
-
-// Mean over the K cyclic windows of k consecutive ranks of |union| / mean
-// size, for k = 1..K; `key` maps a tensor to the sorted items counted.
-template <typename Key>
-std::vector<double> GrowthCurve(const std::vector<SparseTensor>& ranks, Key key) {
-  const size_t n = ranks.size();
-  std::vector<std::vector<int64_t>> items;
-  for (const auto& t : ranks) items.push_back(key(t));
-  std::vector<double> gamma(n, 0.0);
-  for (size_t s = 0; s < n; ++s) {
-    std::vector<int64_t> u;
-    double total = 0;
-    for (size_t k = 1; k <= n; ++k) {
-      const auto& next = items[(s + k - 1) % n];
-      std::vector<int64_t> merged;
-      std::set_union(u.begin(), u.end(), next.begin(), next.end(), std::back_inserter(merged));
-      u.swap(merged);
-      total += static_cast<double>(next.size());
-      gamma[k - 1] +=
-          total > 0 ? static_cast<double>(u.size()) / (total / static_cast<double>(k)) : 1;
-    }
-  }
-  for (double& g : gamma) g /= static_cast<double>(n);
-  return gamma;
-}
-
-std::vector<int64_t> BlocksOf(const SparseTensor& t, int64_t block_values) {
-  std::vector<int64_t> out;
-  for (int64_t id : t.ids()) {
-    const int64_t b0 = id * t.width() / block_values,
-                  b1 = ((id + 1) * t.width() - 1) / block_values;
-    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b)
-      out.push_back(b);
-  }
-  return out;
-}
-
-// gamma(k) = k^beta: least squares of log gamma on log k through the origin.
-struct PowerFit {
-  double beta = 1;
-  double max_rel_residual = 0;  // over the measured k
-  double At(double k) const { return std::pow(k, beta); }
-};
-
-PowerFit FitPower(const std::vector<double>& gamma) {
-  PowerFit f;
-  double sxy = 0, sxx = 0;
-  for (size_t k = 2; k <= gamma.size(); ++k) {
-    const double x = std::log(static_cast<double>(k)), y = std::log(std::max(gamma[k - 1], 1e-12));
-    sxy += x * y;
-    sxx += x * x;
-  }
-  f.beta = sxx > 0 ? std::clamp(sxy / sxx, 0.0, 1.0) : 1.0;
-  for (size_t k = 1; k <= gamma.size(); ++k) {
-    f.max_rel_residual = std::max(
-        f.max_rel_residual, std::abs(f.At(static_cast<double>(k)) - gamma[k - 1]) / gamma[k - 1]);
-  }
-  return f;
-}
-
-struct Extrapolator {
-  std::vector<SparseTensor> ranks;
-  PowerFit rows_fit, blocks_fit;
-  int64_t block_values = 256;
-
-  bool Exact(int world) const { return world <= static_cast<int>(ranks.size()); }
-
-  WorkloadProfile At(int world) const {
-    if (Exact(world)) {
-      return ProfileInputs(std::span<const SparseTensor>(ranks.data(), static_cast<size_t>(world)),
-                           block_values);
-    }
-    // Range statistics at `world` ranges from the K measured ranks (their
-    // copies carry no ids, so the union is the measured ranks' union).
-    std::vector<RankSummary> s;
-    for (const auto& t : ranks) s.push_back(Summarize(t, world, block_values, 1.0, 0));
-    const size_t k = ranks.size();
-    for (size_t i = k; i < static_cast<size_t>(world); ++i) {
-      RankSummary copy = s[i % k];
-      copy.sampled_ids.clear();
-      s.push_back(std::move(copy));
-    }
-    WorkloadProfile p = CombineSummaries(s, ranks[0].rows(), ranks[0].width(), block_values);
-    const double cap = p.sparsity.density > 0 ? 1 / p.sparsity.density : 1;
-    for (int j = 1; j <= world; ++j) {
-      p.sparsity.gamma[static_cast<size_t>(j - 1)] = std::min(rows_fit.At(j), cap);
-    }
-    const double block_cap = p.block_density > 0 ? 1 / p.block_density : 1;
-    p.block_gamma_n = std::min(blocks_fit.At(world), block_cap);
-    return p;
-  }
-};
 
 std::vector<int> WorldList(const Flags& flags) {
   std::vector<int> out;
@@ -202,6 +129,7 @@ std::vector<int> ScanGrid(int max_n) {
   return g;
 }
 
+// speedup_vs_dense: against zen's dense ring scheme.
 json PredictionJson(const Prediction& p, double dense_s) {
   return {{"scheme", p.scheme},
           {"time_s", p.time_s},
@@ -212,111 +140,193 @@ json PredictionJson(const Prediction& p, double dense_s) {
           {"speedup_vs_dense", p.time_s > 0 ? dense_s / p.time_s : 0.0}};
 }
 
+
+// One tensor's fitted extrapolation (zen/analysis/profiler.h).
+struct Modeled {
+  std::string name;
+  Extrapolation x;
+  double density = 0;
+};
+
+Modeled Model(const Item& item, int fit) {
+  Modeled m;
+  m.name = item.name;
+  m.x = FitExtrapolation(std::vector<SparseTensor>(item.ranks.begin(), item.ranks.begin() + fit));
+  double nnz = 0;
+  for (const auto& t : m.x.ranks) nnz += static_cast<double>(t.nnz());
+  m.density = nnz / fit / static_cast<double>(m.x.ranks[0].rows());
+  return m;
+}
+
+// The whole workload at one world size: every tensor synchronized on its
+// own, times and bytes summed per scheme; the dense AllReduce baseline
+// summed alike.
+struct WorldPrediction {
+  std::vector<Prediction> schemes;
+  Prediction allreduce;
+  double lower_bound_s = 0;
+};
+
+WorldPrediction PredictWorld(const std::vector<Modeled>& models, int world, const Network& net) {
+  WorldPrediction out;
+  out.allreduce.scheme = "allreduce";
+  for (const Modeled& m : models) {
+    const WorkloadProfile p = m.x.At(world);
+    const std::vector<Prediction> pred = PredictAll(p, net);
+    if (out.schemes.empty()) {
+      out.schemes = pred;
+    } else {
+      for (size_t i = 0; i < pred.size(); ++i) {
+        Prediction& a = out.schemes[i];
+        a.time_s += pred[i].time_s;
+        a.recv_max += pred[i].recv_max;
+        a.recv_mean += pred[i].recv_mean;
+        a.sent_max += pred[i].sent_max;
+        a.rounds += pred[i].rounds;
+      }
+    }
+    const Prediction d = PredictDenseAllReduce(p, net);
+    out.allreduce.time_s += d.time_s;
+    out.allreduce.recv_max += d.recv_max;
+    out.allreduce.recv_mean += d.recv_mean;
+    out.allreduce.sent_max += d.sent_max;
+    out.allreduce.rounds += d.rounds;
+    out.lower_bound_s += SyncTimeLowerBound(p, net);
+  }
+  return out;
+}
+
 }  // namespace
 
 int RunSimulate(Args args, const Environment&) {
   Flags flags(args,
-              {"profile", "tensor", "synthetic", "ranks", "world", "bandwidth", "latency-us",
-               "fit-ranks", "max-scan", "json"},
-              {});
+              {"profile", "tensor", "step", "synthetic", "ranks", "world", "bandwidth",
+               "latency-us", "fit-ranks", "max-scan", "json"},
+              {}, /*max_positional=*/1);
   if (flags.help()) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  Base base = LoadBase(flags);
-  const int fit = static_cast<int>(flags.Int("fit-ranks", static_cast<int64_t>(base.ranks.size())));
-  if (fit < 2 || fit > static_cast<int>(base.ranks.size())) {
+  const Base base = LoadBase(flags);
+  const int ranks = static_cast<int>(base.items[0].ranks.size());
+  const int fit = static_cast<int>(flags.Int("fit-ranks", ranks));
+  if (fit < 2 || fit > ranks) {
     throw InvalidArgument("--fit-ranks " + std::to_string(fit) + " must be in [2, " +
-                          std::to_string(base.ranks.size()) + "] (the ranks of the workload)");
+                          std::to_string(ranks) + "] (the ranks of the workload)");
   }
-  const std::vector<SparseTensor> all_ranks = base.ranks;
-  base.ranks.resize(static_cast<size_t>(fit));
   const std::vector<int> worlds = WorldList(flags);
   Network net;
   const std::string rate = flags.Str("bandwidth", "25gbit");
   net.bandwidth_bytes_per_s = ParseRateBits(rate) / 8;
   net.latency_s = flags.Double("latency-us", 5) * 1e-6;
 
-  Extrapolator x;
-  x.ranks = base.ranks;
-  const std::vector<double> gamma = GrowthCurve(x.ranks, [](const SparseTensor& t) {
-    return std::vector<int64_t>(t.ids().begin(), t.ids().end());
-  });
-  const std::vector<double> block_gamma =
-      GrowthCurve(x.ranks, [&](const SparseTensor& t) { return BlocksOf(t, x.block_values); });
-  x.rows_fit = FitPower(gamma);
-  x.blocks_fit = FitPower(block_gamma);
+  std::vector<Modeled> models;
+  for (const Item& item : base.items) models.push_back(Model(item, fit));
+  const bool single = models.size() == 1;
 
-  const SparseTensor& t0 = x.ranks[0];
-  double nnz = 0;
-  for (const auto& t : x.ranks) nnz += static_cast<double>(t.nnz());
   std::printf("profile   %s\n", base.source.c_str());
-  std::printf("tensor    rows %lld  width %lld  density %.4f%%  fitted on %d ranks\n",
-              static_cast<long long>(t0.rows()), static_cast<long long>(t0.width()),
-              100 * nnz / fit / static_cast<double>(t0.rows()), fit);
-  std::printf("gamma(k)  measured");
-  for (double g : gamma) std::printf(" %.3f", g);
-  std::printf("\n          fit k^%.4f (max residual %.1f%%); blocks k^%.4f (%.1f%%)\n",
-              x.rows_fit.beta, 100 * x.rows_fit.max_rel_residual, x.blocks_fit.beta,
-              100 * x.blocks_fit.max_rel_residual);
-  if (fit < static_cast<int>(all_ranks.size())) {
-    const std::vector<double> truth = GrowthCurve(all_ranks, [](const SparseTensor& t) {
-      return std::vector<int64_t>(t.ids().begin(), t.ids().end());
-    });
-    std::printf("holdout   gamma(%zu): measured %.3f, fit of %d ranks predicts %.3f (%+.1f%%)\n",
-                truth.size(), truth.back(), fit, x.rows_fit.At(static_cast<double>(truth.size())),
-                100 * (x.rows_fit.At(static_cast<double>(truth.size())) / truth.back() - 1));
+  json tensors = json::array();
+  for (size_t i = 0; i < models.size(); ++i) {
+    const Modeled& m = models[i];
+    const SparseTensor& t0 = m.x.ranks[0];
+    if (single) {
+      std::printf("tensor    rows %lld  width %lld  density %.4f%%  fitted on %d ranks\n",
+                  static_cast<long long>(t0.rows()), static_cast<long long>(t0.width()),
+                  100 * m.density, fit);
+      std::printf("gamma(k)  measured");
+      for (double g : m.x.gamma) std::printf(" %.3f", g);
+      std::printf("\n          fit k^%.4f (max residual %.1f%%); blocks k^%.4f (%.1f%%)\n",
+                  m.x.rows_fit.beta, 100 * m.x.rows_fit.max_rel_residual, m.x.blocks_fit.beta,
+                  100 * m.x.blocks_fit.max_rel_residual);
+      if (fit < ranks) {
+        const std::vector<double> truth = RowGrowthCurve(base.items[i].ranks);
+        const double at = m.x.rows_fit.At(static_cast<double>(truth.size()));
+        std::printf(
+            "holdout   gamma(%zu): measured %.3f, fit of %d ranks predicts %.3f (%+.1f%%)\n",
+            truth.size(), truth.back(), fit, at, 100 * (at / truth.back() - 1));
+      }
+    } else {
+      if (i == 0) {
+        std::printf("%-36s %10s %6s %9s %9s %8s\n", "tensor", "rows", "width", "density",
+                    "gamma(K)", "fit k^b");
+      }
+      std::printf("%-36s %10lld %6lld %8.3f%% %9.2f %8.3f\n", m.name.c_str(),
+                  static_cast<long long>(t0.rows()), static_cast<long long>(t0.width()),
+                  100 * m.density, m.x.gamma.back(), m.x.rows_fit.beta);
+    }
+    tensors.push_back({{"name", m.name},
+                       {"rows", t0.rows()},
+                       {"width", t0.width()},
+                       {"density", m.density},
+                       {"gamma_measured", m.x.gamma},
+                       {"gamma_beta", m.x.rows_fit.beta},
+                       {"gamma_fit_max_residual", m.x.rows_fit.max_rel_residual},
+                       {"block_gamma_measured", m.x.block_gamma},
+                       {"block_gamma_beta", m.x.blocks_fit.beta}});
   }
   std::printf("network   %s per link, %.1f us per round\n\n", rate.c_str(), net.latency_s * 1e6);
 
+  const Modeled& m0 = models[0];
   json out = {{"source", base.source},
-              {"rows", t0.rows()},
-              {"width", t0.width()},
+              {"rows", m0.x.ranks[0].rows()},
+              {"width", m0.x.ranks[0].width()},
               {"fit_ranks", fit},
-              {"gamma_measured", gamma},
-              {"gamma_beta", x.rows_fit.beta},
-              {"gamma_fit_max_residual", x.rows_fit.max_rel_residual},
-              {"block_gamma_measured", block_gamma},
-              {"block_gamma_beta", x.blocks_fit.beta},
+              {"gamma_measured", m0.x.gamma},
+              {"gamma_beta", m0.x.rows_fit.beta},
+              {"gamma_fit_max_residual", m0.x.rows_fit.max_rel_residual},
+              {"block_gamma_measured", m0.x.block_gamma},
+              {"block_gamma_beta", m0.x.blocks_fit.beta},
+              {"tensors", tensors},
               {"bandwidth_bits_per_s", net.bandwidth_bytes_per_s * 8},
               {"latency_s", net.latency_s}};
   const std::vector<std::string> schemes = ModeledSchemes();
-  std::printf("%-7s %-6s %9s %9s", "world", "prof", "gamma(n)", "skew");
+  std::printf("%-7s %-6s", "world", "prof");
+  if (single) std::printf(" %9s %9s", "gamma(n)", "skew");
+  std::printf(" %13s", "allreduce ms");
   for (const auto& s : schemes) std::printf(" %12s", (s + " ms").c_str());
-  std::printf("   best vs dense\n");
+  std::printf("   best vs allreduce\n");
   json rows = json::array();
   for (int w : worlds) {
-    const WorkloadProfile p = x.At(w);
-    const std::vector<Prediction> pred = PredictAll(p, net);
-    const double dense = pred[0].time_s;
-    std::printf("%-7d %-6s %9.2f %9.2f", w, x.Exact(w) ? "exact" : "fit",
-                p.sparsity.gamma[static_cast<size_t>(w - 1)], p.sparsity.skewness);
+    const WorldPrediction wp = PredictWorld(models, w, net);
+    const double baseline = wp.allreduce.time_s, dense = wp.schemes[0].time_s;
+    const bool exact = m0.x.Exact(w);
+    std::printf("%-7d %-6s", w, exact ? "exact" : "fit");
     json row = {{"world", w},
-                {"profile", x.Exact(w) ? "exact" : "extrapolated"},
-                {"gamma_n", p.sparsity.gamma[static_cast<size_t>(w - 1)]},
-                {"skewness", p.sparsity.skewness},
+                {"profile", exact ? "exact" : "extrapolated"},
+                {"allreduce", PredictionJson(wp.allreduce, dense)},
+                {"lower_bound_s", wp.lower_bound_s},
                 {"predictions", json::array()}};
-    const Prediction* best = &pred[0];
-    for (const Prediction& q : pred) {
+    if (single) {
+      const WorkloadProfile p = m0.x.At(w);
+      std::printf(" %9.2f %9.2f", p.sparsity.gamma[static_cast<size_t>(w - 1)],
+                  p.sparsity.skewness);
+      row["gamma_n"] = p.sparsity.gamma[static_cast<size_t>(w - 1)];
+      row["skewness"] = p.sparsity.skewness;
+    }
+    std::printf(" %13.3f", 1e3 * baseline);
+    const Prediction* best = &wp.schemes[0];
+    for (const Prediction& q : wp.schemes) {
       std::printf(" %12.3f", 1e3 * q.time_s);
-      row["predictions"].push_back(PredictionJson(q, dense));
+      json j = PredictionJson(q, dense);
+      j["speedup_vs_allreduce"] = q.time_s > 0 ? baseline / q.time_s : 0.0;
+      row["predictions"].push_back(j);
       if (q.time_s < best->time_s) best = &q;
     }
-    std::printf("   %s %.2fx\n", best->scheme.c_str(), dense / best->time_s);
+    std::printf("   %s %.2fx\n", best->scheme.c_str(), baseline / best->time_s);
     rows.push_back(row);
   }
   out["worlds"] = rows;
 
-  // Where each scheme stops beating dense AllReduce.
+  // Where each scheme stops beating the dense AllReduce.
   const int max_scan = static_cast<int>(flags.Int("max-scan", 4096));
   std::printf("\ncrossover with dense AllReduce (scan n = 2..%d):\n", max_scan);
   std::map<std::string, int> crossover;
   std::map<std::string, bool> beaten_once;
   for (int n : ScanGrid(max_scan)) {
-    const std::vector<Prediction> pred = PredictAll(x.At(n), net);
-    for (const Prediction& q : pred) {
-      if (q.scheme == "dense" || crossover.count(q.scheme)) continue;
-      if (q.time_s < pred[0].time_s)
+    const WorldPrediction wp = PredictWorld(models, n, net);
+    for (const Prediction& q : wp.schemes) {
+      if (crossover.count(q.scheme)) continue;
+      if (q.time_s < wp.allreduce.time_s)
         beaten_once[q.scheme] = true;
       else if (beaten_once[q.scheme])
         crossover[q.scheme] = n;
@@ -324,15 +334,14 @@ int RunSimulate(Args args, const Environment&) {
   }
   json cross = json::object();
   for (const auto& s : schemes) {
-    if (s == "dense") continue;
     if (crossover.count(s)) {
-      std::printf("  %-11s stops beating dense at n = %d\n", s.c_str(), crossover[s]);
+      std::printf("  %-11s stops beating it at n = %d\n", s.c_str(), crossover[s]);
       cross[s] = crossover[s];
     } else if (beaten_once[s]) {
-      std::printf("  %-11s beats dense at every n up to %d\n", s.c_str(), max_scan);
+      std::printf("  %-11s beats it at every n up to %d\n", s.c_str(), max_scan);
       cross[s] = nullptr;
     } else {
-      std::printf("  %-11s never beats dense in 2..%d\n", s.c_str(), max_scan);
+      std::printf("  %-11s never beats it in 2..%d\n", s.c_str(), max_scan);
       cross[s] = 0;
     }
   }

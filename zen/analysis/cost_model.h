@@ -50,4 +50,23 @@ std::vector<Prediction> PredictAll(const WorkloadProfile& profile, const Network
 std::vector<Prediction> PredictAll(const SchemeRegistry& registry, const WorkloadProfile& profile,
                                    const Network& network);
 
+// The dense AllReduce a user compares against: what collective libraries
+// (NCCL, Gloo, MPI) run on the dense tensor of rows x width floats, every
+// rank sending and receiving the bandwidth-optimal 2 (n - 1) / n of it, in
+// the fewer rounds of a ring (2 (n - 1)) and of recursive halving-doubling
+// (2 ceil(log2 n)). Scheme "dense" (zen's own ring, which also reduces a
+// row-presence bitmap in a second ring: 4 (n - 1) rounds) is slower than this
+// where latency dominates; comparing sparse schemes with it instead would
+// credit them with the rounds of a ring no library uses on a small tensor.
+// Named "allreduce"; no metadata exchange.
+Prediction PredictDenseAllReduce(const WorkloadProfile& profile, const Network& network);
+
+// The least time any scheme needs for the profile: every row of the sum
+// that a rank does not hold alone reaches it as at least its values (a
+// peer's part or the sum), and the rows a rank holds alone number
+// Union(n) - Union(n - 1) on the mean rank, so the mean rank (and so the
+// busiest) receives at least Union(n - 1) rows of values, in at least one
+// round. A prediction below this is wrong.
+double SyncTimeLowerBound(const WorkloadProfile& profile, const Network& network);
+
 }  // namespace zen

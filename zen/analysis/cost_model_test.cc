@@ -211,6 +211,46 @@ TEST(CostModelTest, PaperEquationsWithoutHeaders) {
   EXPECT_NEAR(ag.recv_max / md, 7, 1e-3);
 }
 
+// A 256 x 256 weight 88% dense on 64 ranks: the union of 63 ranks is every
+// row (each row is missed by all 63 with probability 0.12^63), so any scheme
+// delivers at least 256 rows of 1 KiB to a rank (D = 256 KiB) in at least one
+// round, while the dense AllReduce moves 2 (63/64) D in 2 log2(64) = 12
+// rounds. No scheme may be predicted faster than that lower bound, and so
+// none more than (12 L + 2 (63/64) D / B) / (L + D / B) faster than dense.
+TEST(CostModelTest, NoSchemeBeatsDenseAllReduceByMoreThanTheBytesAllowAt88PercentDensity) {
+  const SyntheticSpec spec =
+      ParseSyntheticSpec("zipf:rows=256,width=256,density=0.88,skew=0,seed=3");
+  const WorkloadProfile p = ProfileInputs(GenerateSynthetic(spec, 64));
+  for (const Network net : {Network{}, Network{500e6 / 8, 50e-6}}) {
+    const double d = 256.0 * 256 * 4, b = net.bandwidth_bytes_per_s, l = net.latency_s;
+    const Prediction dense = PredictDenseAllReduce(p, net);
+    EXPECT_EQ(dense.rounds, 12);
+    EXPECT_NEAR(dense.time_s, 12 * l + 2 * (63.0 / 64) * d / b, 1e-12);
+    EXPECT_NEAR(SyncTimeLowerBound(p, net), l + d / b, 1e-12);
+    const double bound = (12 * l + 2 * (63.0 / 64) * d / b) / (l + d / b);
+    EXPECT_LT(bound, 2.6);
+    for (const Prediction& x : PredictAll(p, net)) {
+      EXPECT_GE(x.time_s, l + d / b) << x.scheme;
+      EXPECT_LE(dense.time_s / x.time_s, bound) << x.scheme;
+    }
+  }
+}
+
+TEST(CostModelTest, DenseAllReduceTakesTheFewerRoundsOfRingAndHalvingDoubling) {
+  WorkloadProfile p;
+  p.sparsity.rows = 1000;
+  p.sparsity.width = 2;
+  p.sparsity.density = 0.5;
+  for (int n : {1, 2, 3, 5, 64}) {
+    p.sparsity.world_size = n;
+    p.sparsity.gamma.assign(static_cast<size_t>(n), 1.0);
+    const Prediction x = PredictDenseAllReduce(p, Network{1e9, 1e-6});
+    const int rounds = n == 1 ? 0 : n == 2 ? 2 : n == 3 ? 4 : n == 5 ? 6 : 12;
+    EXPECT_EQ(x.rounds, rounds) << n;
+    EXPECT_NEAR(x.recv_max, n == 1 ? 0 : 2.0 * (n - 1) / n * 8000, 1e-9) << n;
+  }
+}
+
 TEST(CostModelTest, RejectsInconsistentProfiles) {
   WorkloadProfile p;
   p.sparsity.world_size = 4;

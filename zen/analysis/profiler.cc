@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/peer_pattern.h"
@@ -279,6 +280,117 @@ bool Profiler::Observe(Communicator& comm, const SparseTensor& local) {
   has_profile_ = true;
   ++measurements_;
   return true;
+}
+
+}  // namespace zen
+
+// ---- Extrapolation ----
+
+namespace zen {
+namespace {
+
+template <typename Key>
+std::vector<double> GrowthCurve(std::span<const SparseTensor> ranks, Key key) {
+  const size_t n = ranks.size();
+  std::vector<std::vector<int64_t>> items;
+  for (const auto& t : ranks) items.push_back(key(t));
+  std::vector<double> gamma(n, 0.0);
+  for (size_t s = 0; s < n; ++s) {
+    std::vector<int64_t> u;
+    double total = 0;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto& next = items[(s + k - 1) % n];
+      std::vector<int64_t> merged;
+      std::set_union(u.begin(), u.end(), next.begin(), next.end(), std::back_inserter(merged));
+      u.swap(merged);
+      total += static_cast<double>(next.size());
+      gamma[k - 1] +=
+          total > 0 ? static_cast<double>(u.size()) / (total / static_cast<double>(k)) : 1;
+    }
+  }
+  for (double& g : gamma) g /= static_cast<double>(n);
+  return gamma;
+}
+
+std::vector<int64_t> BlocksOf(const SparseTensor& t, int64_t block_values) {
+  std::vector<int64_t> out;
+  for (int64_t id : t.ids()) {
+    const int64_t b0 = id * t.width() / block_values,
+                  b1 = ((id + 1) * t.width() - 1) / block_values;
+    for (int64_t b = out.empty() ? b0 : std::max(b0, out.back() + 1); b <= b1; ++b)
+      out.push_back(b);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> RowGrowthCurve(std::span<const SparseTensor> ranks) {
+  return GrowthCurve(ranks, [](const SparseTensor& t) {
+    return std::vector<int64_t>(t.ids().begin(), t.ids().end());
+  });
+}
+
+std::vector<double> BlockGrowthCurve(std::span<const SparseTensor> ranks, int64_t block_values) {
+  return GrowthCurve(ranks, [&](const SparseTensor& t) { return BlocksOf(t, block_values); });
+}
+
+double PowerFit::At(double k) const { return std::pow(k, beta); }
+
+PowerFit FitPower(std::span<const double> gamma) {
+  PowerFit f;
+  double sxy = 0, sxx = 0;
+  for (size_t k = 2; k <= gamma.size(); ++k) {
+    const double x = std::log(static_cast<double>(k)), y = std::log(std::max(gamma[k - 1], 1e-12));
+    sxy += x * y;
+    sxx += x * x;
+  }
+  f.beta = sxx > 0 ? std::clamp(sxy / sxx, 0.0, 1.0) : 1.0;
+  for (size_t k = 1; k <= gamma.size(); ++k) {
+    f.max_rel_residual = std::max(
+        f.max_rel_residual, std::abs(f.At(static_cast<double>(k)) - gamma[k - 1]) / gamma[k - 1]);
+  }
+  return f;
+}
+
+WorkloadProfile Extrapolation::At(int world) const {
+  if (Exact(world)) {
+    return ProfileInputs(std::span<const SparseTensor>(ranks.data(), static_cast<size_t>(world)),
+                         block_values);
+  }
+  // Range statistics at `world` ranges from the K measured ranks (their
+  // copies carry no ids, so the union is the measured ranks' union).
+  std::vector<RankSummary> s;
+  for (const auto& t : ranks) s.push_back(Summarize(t, world, block_values, 1.0, 0));
+  const size_t k = ranks.size();
+  for (size_t i = k; i < static_cast<size_t>(world); ++i) {
+    RankSummary copy = s[i % k];
+    copy.sampled_ids.clear();
+    s.push_back(std::move(copy));
+  }
+  WorkloadProfile p = CombineSummaries(s, ranks[0].rows(), ranks[0].width(), block_values);
+  const double cap = p.sparsity.density > 0 ? 1 / p.sparsity.density : 1;
+  for (int j = 1; j <= world; ++j) {
+    p.sparsity.gamma[static_cast<size_t>(j - 1)] = std::min(rows_fit.At(j), cap);
+  }
+  const double block_cap = p.block_density > 0 ? 1 / p.block_density : 1;
+  p.block_gamma_n = std::min(blocks_fit.At(world), block_cap);
+  return p;
+}
+
+Extrapolation FitExtrapolation(std::vector<SparseTensor> ranks, int64_t block_values) {
+  if (ranks.size() < 2) {
+    throw InvalidArgument(Where{}, "extrapolation needs at least 2 measured ranks, got ",
+                          ranks.size());
+  }
+  Extrapolation x;
+  x.ranks = std::move(ranks);
+  x.block_values = block_values;
+  x.gamma = RowGrowthCurve(x.ranks);
+  x.block_gamma = BlockGrowthCurve(x.ranks, block_values);
+  x.rows_fit = FitPower(x.gamma);
+  x.blocks_fit = FitPower(x.block_gamma);
+  return x;
 }
 
 }  // namespace zen

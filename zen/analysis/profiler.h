@@ -100,4 +100,50 @@ class Profiler {
   int64_t measurements_ = 0;
 };
 
+// ---- Extrapolation to world sizes no trace has (`zen simulate`, `zen analyze`)
+//
+// From the K measured ranks of one tensor:
+//   - per-rank density, block density, the share of rows (and blocks) in each
+//     of the n even ranges, and so the skewness at n: measured on the K
+//     ranks, pooled (they do not depend on how many ranks there are);
+//   - gamma(k): the union-growth curve measured on the K ranks (mean over
+//     the K cyclic windows of k consecutive ranks, k = 1..K), fitted by a
+//     power law gamma(k) = k^beta through gamma(1) = 1 (least squares on
+//     logs, Heaps' law of vocabulary growth) and capped at rows / nnz; the
+//     same for blocks (OmniReduce).
+// World sizes <= K use the exact profile of the first n ranks, as `zen
+// bench` uses them.
+//
+// Usage:
+//   zen::Extrapolation x = zen::FitExtrapolation(per_rank_tensors);
+//   zen::WorkloadProfile at64 = x.At(64);
+
+// Mean over the K cyclic windows of k consecutive ranks of |union| / mean
+// size, for k = 1..K, of the rows (blocks: of the blocks of block_values
+// values) the ranks hold.
+std::vector<double> RowGrowthCurve(std::span<const SparseTensor> ranks);
+std::vector<double> BlockGrowthCurve(std::span<const SparseTensor> ranks, int64_t block_values);
+
+// gamma(k) = k^beta: least squares of log gamma on log k through the origin.
+struct PowerFit {
+  double beta = 1;
+  double max_rel_residual = 0;  // over the measured k
+  double At(double k) const;
+};
+PowerFit FitPower(std::span<const double> gamma);
+
+struct Extrapolation {
+  std::vector<SparseTensor> ranks;  // the K measured ranks
+  std::vector<double> gamma, block_gamma;  // measured on them
+  PowerFit rows_fit, blocks_fit;
+  int64_t block_values = 256;
+
+  bool Exact(int world) const { return world <= static_cast<int>(ranks.size()); }
+  // The profile at `world` ranks (exact for world <= K).
+  WorkloadProfile At(int world) const;
+};
+
+// InvalidArgument when fewer than 2 ranks are given.
+Extrapolation FitExtrapolation(std::vector<SparseTensor> ranks, int64_t block_values = 256);
+
 }  // namespace zen

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -148,6 +149,29 @@ TEST(ProfilerTest, PeerSummaryThatLiesIsFormatError) {
       EXPECT_NE(what.find(lie.what), std::string::npos) << what;
     }
   }
+}
+
+TEST(ExtrapolationTest, PowerFitRecoversTheExponentAndTheCapHolds) {
+  std::vector<double> g;
+  for (int k = 1; k <= 8; ++k) g.push_back(std::pow(k, 0.6));
+  EXPECT_NEAR(FitPower(g).beta, 0.6, 1e-12);
+  EXPECT_NEAR(FitPower(g).max_rel_residual, 0, 1e-12);
+  // Disjoint ranks: the union grows like k; identical ranks: not at all.
+  std::vector<SparseTensor> disjoint, same;
+  for (int r = 0; r < 4; ++r) {
+    disjoint.push_back(SparseTensor::FromSorted(100, 1, {r * 2, r * 2 + 1}, {1, 1}));
+    same.push_back(SparseTensor::FromSorted(100, 1, {5, 6}, {1, 1}));
+  }
+  const Extrapolation d = FitExtrapolation(disjoint), s = FitExtrapolation(same);
+  EXPECT_EQ(d.gamma, (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_NEAR(d.rows_fit.beta, 1, 1e-12);
+  EXPECT_EQ(s.gamma, (std::vector<double>{1, 1, 1, 1}));
+  // Exact at n <= K (the profile of the first n ranks), capped at rows / nnz past K.
+  EXPECT_EQ(d.At(3).sparsity.gamma, ProfileInputs(std::span(disjoint).first(3)).sparsity.gamma);
+  const WorkloadProfile far = d.At(200);
+  EXPECT_DOUBLE_EQ(far.sparsity.gamma[9], 10);
+  EXPECT_DOUBLE_EQ(far.sparsity.gamma[199], 50);  // 100 rows / 2 per rank
+  EXPECT_THROW(FitExtrapolation({disjoint[0]}), InvalidArgument);
 }
 
 }  // namespace

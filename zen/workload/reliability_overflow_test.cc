@@ -99,9 +99,11 @@ TEST(ReliabilityOverflowWorkloadTest, SyntheticSpecsRoundTripThroughToString) {
 // rows) is never asked for 2^63.
 TEST(ReliabilityOverflowWorkloadTest, SyntheticGeneratorOutOfMemoryIsAZenError) {
   SyntheticSpec s;
+  // Sampling needs memory in proportion to the rows drawn (not to rows):
+  // 2^62 x 1e-3 of them cannot fit.
   s.rows = int64_t{1} << 62;
   s.width = 1;
-  s.density = 1e-18;
+  s.density = 1e-3;
   std::string e = ErrorOf([&] { GenerateSyntheticRank(s, 3); });
   EXPECT_THAT(e, HasSubstr("rank 3, tensor 'synthetic'"));
   EXPECT_THAT(e, HasSubstr("sampling keys"));

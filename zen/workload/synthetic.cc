@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <new>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
@@ -142,6 +144,108 @@ uint64_t SaturatingMul(uint64_t a, uint64_t b) {
 
 uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
+
+// ---- Weighted sampling without replacement in O(nnz) memory ----
+//
+// Row r has weight w_r = (r + 1)^-skew. Efraimidis-Spirakis: row r draws the
+// key E_r / w_r with E_r ~ Exp(1), i.e. an Exp(w_r) variable, and the nnz
+// smallest keys win (the same law as drawing rows one at a time with
+// probability proportional to weight among those left). The first `head`
+// rows (the heavy ones) get explicit keys. The tail's keys are generated in
+// increasing order instead of row by row: the smallest of independent
+// Exp(w_r) is Exp(sum of the w_r) and belongs to row r with probability
+// proportional to w_r, and by memorylessness the next one follows from the
+// rows left alike. A tail row is drawn by rejection-inversion (Hoermann and
+// Derflinger 1996, exact for a discrete power law, O(1) per draw) and drawn
+// again when already taken; with head >= 4 nnz the taken tail rows hold a
+// small share of the tail's weight, so redraws are few. Memory: 16 bytes per
+// head row plus O(nnz), whatever rows is.
+
+// H(x) = integral of x^-s: (x^(1-s) - 1) / (1 - s), log x at s = 1.
+double PowIntegral(double x, double s) {
+  const double lx = std::log(x), t = (1 - s) * lx;
+  return (std::abs(t) < 1e-8 ? 1 + t / 2 : std::expm1(t) / t) * lx;
+}
+
+double PowIntegralInverse(double y, double s) {
+  const double t = y * (1 - s);
+  return std::exp((std::abs(t) < 1e-8 ? 1 - t / 2 : std::log1p(t) / t) * y);
+}
+
+// Draws k in [first, last] (k >= 1) with probability proportional to k^-s.
+class PowerLawSampler {
+ public:
+  PowerLawSampler(double first, double last, double s)
+      : first_(first), last_(last), s_(s),
+        low_(PowIntegral(first + 0.5, s) - std::pow(first, -s)),
+        high_(PowIntegral(last + 0.5, s)) {}
+
+  template <typename Rng>
+  double operator()(Rng& rng) const {
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    while (true) {
+      const double u = high_ + unit(rng) * (low_ - high_);
+      const double x = PowIntegralInverse(u, s_);
+      const double k = std::clamp(std::floor(x + 0.5), first_, last_);
+      if (u >= PowIntegral(k + 0.5, s_) - std::pow(k, -s_)) return k;
+    }
+  }
+
+ private:
+  double first_, last_, s_, low_, high_;
+};
+
+// Sum of k^-s over [first, last]: the first 4096 terms added, the rest by
+// the midpoint integral (relative error below s (s + 1) / (24 4096^2)).
+double PowerSum(double first, double last, double s) {
+  double sum = 0;
+  double k = first;
+  for (; k <= last && k < first + 4096; k += 1) sum += std::pow(k, -s);
+  if (k <= last) sum += PowIntegral(last + 0.5, s) - PowIntegral(k - 0.5, s);
+  return sum;
+}
+
+std::vector<int64_t> SampleRows(const SyntheticSpec& spec, int64_t nnz, int rank,
+                                std::mt19937_64& rng) {
+  std::exponential_distribution<double> exp1(1.0);
+  const int64_t head = std::min<int64_t>(spec.rows, std::max<int64_t>(int64_t{4} * nnz, 1024));
+  std::vector<std::pair<double, int64_t>> keys;  // (key, row)
+  Allocate(keys, static_cast<size_t>(head), spec, rank, "the sampling keys (4 per row drawn)");
+  for (int64_t r = 0; r < head; ++r) {
+    keys[static_cast<size_t>(r)] = {exp1(rng) * std::pow(static_cast<double>(r + 1), spec.skew),
+                                    r};
+  }
+  // The head's nnz-th smallest key: tail keys beyond it cannot win.
+  double bound = std::numeric_limits<double>::infinity();
+  if (head >= nnz) {
+    std::nth_element(keys.begin(), keys.begin() + (nnz - 1), keys.end());
+    bound = keys[static_cast<size_t>(nnz - 1)].first;
+    keys.resize(static_cast<size_t>(nnz));
+  }
+  if (head < spec.rows) {
+    // Rows head..rows-1 are k = row + 1 in [head + 1, rows].
+    const double first = static_cast<double>(head) + 1, last = static_cast<double>(spec.rows);
+    const PowerLawSampler draw(first, last, spec.skew);
+    double left = PowerSum(first, last, spec.skew), key = 0;
+    std::unordered_set<int64_t> taken;
+    for (int64_t i = 0; i < nnz; ++i) {
+      key += exp1(rng) / left;
+      if (key >= bound) break;
+      int64_t row = 0;
+      do row = static_cast<int64_t>(draw(rng)) - 1;
+      while (!taken.insert(row).second);
+      left -= std::pow(static_cast<double>(row + 1), -spec.skew);
+      keys.emplace_back(key, row);
+    }
+  }
+  std::nth_element(keys.begin(), keys.begin() + (nnz - 1), keys.end());
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(nnz));
+  for (int64_t i = 0; i < nnz; ++i) ids.push_back(keys[static_cast<size_t>(i)].second);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 }  // namespace
 
 SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank) {
@@ -155,20 +259,7 @@ SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank) {
     Allocate(ids, static_cast<size_t>(spec.rows), spec, rank, "the ids of every row");
     std::iota(ids.begin(), ids.end(), int64_t{0});
   } else if (nnz > 0) {
-    // Weighted sampling without replacement (exponential keys): row r gets
-    // key E_r / w_r with E_r ~ Exp(1); the nnz smallest keys win. Memory is
-    // 16 bytes per row (the generator is for test and benchmark sizes).
-    std::exponential_distribution<double> exp1(1.0);
-    std::vector<std::pair<double, int64_t>> keys;
-    Allocate(keys, static_cast<size_t>(spec.rows), spec, rank, "the sampling keys (one per row)");
-    for (int64_t r = 0; r < spec.rows; ++r) {
-      const double w = std::pow(static_cast<double>(r + 1), -spec.skew);
-      keys[static_cast<size_t>(r)] = {exp1(rng) / w, r};
-    }
-    std::nth_element(keys.begin(), keys.begin() + nnz, keys.end());
-    ids.reserve(static_cast<size_t>(nnz));
-    for (int64_t i = 0; i < nnz; ++i) ids.push_back(keys[static_cast<size_t>(i)].second);
-    std::sort(ids.begin(), ids.end());
+    ids = SampleRows(spec, nnz, rank, rng);
   }
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   std::vector<float> values;
@@ -194,9 +285,16 @@ uint64_t SyntheticTensorBytes(const SyntheticSpec& spec) {
 }
 
 uint64_t SyntheticPeakBytes(const SyntheticSpec& spec) {
-  const bool sampling = SyntheticNnz(spec) > 0 && SyntheticNnz(spec) < spec.rows;
-  return SaturatingAdd(SyntheticTensorBytes(spec),
-                       sampling ? SaturatingMul(static_cast<uint64_t>(spec.rows), 16) : 0);
+  // The head's keys (16 bytes each, at least 1024 and 4 per row drawn, at
+  // most one per row) and the tail's taken set and keys (about 64 bytes per
+  // row drawn).
+  const int64_t nnz = SyntheticNnz(spec);
+  const bool sampling = nnz > 0 && nnz < spec.rows;
+  const uint64_t head = static_cast<uint64_t>(
+      std::min<int64_t>(spec.rows, std::max<int64_t>(nnz > INT64_MAX / 4 ? INT64_MAX : 4 * nnz, 1024)));
+  const uint64_t keys = SaturatingAdd(SaturatingMul(head, 16),
+                                      SaturatingMul(static_cast<uint64_t>(nnz), 64));
+  return SaturatingAdd(SyntheticTensorBytes(spec), sampling ? keys : 0);
 }
 
 void CheckSyntheticFits(const SyntheticSpec& spec, uint64_t tensors, uint64_t memory_bytes) {

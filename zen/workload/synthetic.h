@@ -40,17 +40,18 @@ struct SyntheticSpec {
 SyntheticSpec ParseSyntheticSpec(std::string_view text);
 std::string ToString(const SyntheticSpec& spec);
 
-// Memory: 16 bytes per row while sampling (density < 1), plus the tensor.
-// A spec too large for memory is InvalidArgument naming rank, spec and
-// bytes, never std::bad_alloc.
+// Memory: O(non-zeros), whatever rows is (2^40 rows at a few non-zeros take
+// a few KB): 16 bytes per key of the max(4 nnz, 1024) heaviest rows plus
+// about 64 bytes per row drawn while sampling, plus the tensor. A spec too
+// large for memory is InvalidArgument naming rank, spec and bytes, never
+// std::bad_alloc.
 SparseTensor GenerateSyntheticRank(const SyntheticSpec& spec, int rank);
 // All ranks' tensors; `world` of them must fit this machine's memory
 // (CheckSyntheticFits), checked before anything is allocated.
 std::vector<SparseTensor> GenerateSynthetic(const SyntheticSpec& spec, int world);
 
 // Bytes of one rank's tensor (ids and values) and of the generator's peak
-// for one rank (plus 16 bytes per row while sampling); saturating at
-// UINT64_MAX.
+// for one rank (plus the sampling keys above); saturating at UINT64_MAX.
 uint64_t SyntheticTensorBytes(const SyntheticSpec& spec);
 uint64_t SyntheticPeakBytes(const SyntheticSpec& spec);
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <system_error>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -199,6 +200,58 @@ StepName ParseStepName(std::string_view name) {
   int64_t step = 0;
   if (!ParseCanonicalInt(name.substr(4, dot - 4), &step)) return out;
   return StepName{step, std::string(name.substr(dot + 1))};
+}
+
+std::vector<std::string> SelectTraceTensors(std::span<const TraceTensorInfo> tensors,
+                                            std::string_view name, int64_t step) {
+  std::vector<std::string> out;
+  if (tensors.empty()) throw InvalidArgument("the trace holds no tensor");
+  if (step < 0 && !name.empty()) {
+    for (const TraceTensorInfo& t : tensors) {
+      if (t.name == name) return {t.name};
+    }
+  }
+  // The step meant: the given one, else the first holding `name` (any, when
+  // name is empty).
+  int64_t chosen = step;
+  if (chosen < 0) {
+    chosen = ParseStepName(tensors.front().name).step;
+    for (const TraceTensorInfo& t : tensors) {
+      const StepName s = ParseStepName(t.name);
+      if (name.empty() || s.base == name) {
+        chosen = s.step;
+        break;
+      }
+    }
+  }
+  for (const TraceTensorInfo& t : tensors) {
+    const StepName s = ParseStepName(t.name);
+    if (s.step != chosen) continue;
+    if (name.empty() || s.base == name || t.name == name) out.push_back(t.name);
+  }
+  if (!out.empty()) return out;
+  // Nothing: list what there is, bases once, with the steps they cover.
+  std::vector<std::string> bases;
+  std::set<int64_t> steps;
+  for (const TraceTensorInfo& t : tensors) {
+    const StepName s = ParseStepName(t.name);
+    if (std::find(bases.begin(), bases.end(), s.base) == bases.end()) bases.push_back(s.base);
+    if (s.step >= 0) steps.insert(s.step);
+  }
+  std::string list, step_list;
+  for (const std::string& b : bases) {
+    if (!list.empty()) list += ", ";
+    list += b;
+  }
+  for (int64_t k : steps) {
+    if (!step_list.empty()) step_list += ",";
+    step_list += std::to_string(k);
+  }
+  throw InvalidArgument("no tensor '" + std::string(name) + "'" +
+                        (step >= 0 ? " at step " + std::to_string(step) : std::string()) +
+                        " in the trace; its tensors are " + list +
+                        (steps.empty() ? std::string()
+                                       : " at steps " + step_list + " (full names step<k>.<name>)"));
 }
 
 // --- Trace -----------------------------------------------------------------

@@ -86,6 +86,16 @@ struct StepName {
 };
 StepName ParseStepName(std::string_view name);
 
+// The tensors a command means by `name`, in file order. Every command names
+// tensors alike: "step<k>.<base>" as recorded, or <base> alone as `zen
+// analyze` summarizes it (that base at step `step`, default the first step
+// holding it). An empty name is the whole model: every tensor of step `step`
+// (default the file's first step; a file without step names is one step).
+// InvalidArgument naming the file's tensors (their bases and steps) when
+// nothing matches.
+std::vector<std::string> SelectTraceTensors(std::span<const TraceTensorInfo> tensors,
+                                            std::string_view name, int64_t step = -1);
+
 // A validated trace file whose tensors are read on demand. Not thread-safe
 // (one file position); open one reader per thread.
 class TraceReader {

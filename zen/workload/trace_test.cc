@@ -209,6 +209,31 @@ TEST(TraceTest, StepNames) {
   EXPECT_FALSE(IsValidTraceTensorName(""));
 }
 
+TEST(TraceTest, SelectTensorsByFullNameBaseNameOrWholeStep) {
+  std::vector<TraceTensorInfo> t;
+  for (const char* n : {"step3.emb.weight", "step3.fc.bias", "step4.emb.weight", "step4.fc.bias"})
+    t.push_back(TraceTensorInfo{n, 10, 1, {}});
+  using V = std::vector<std::string>;
+  EXPECT_EQ(SelectTraceTensors(t, "step4.fc.bias"), V{"step4.fc.bias"});
+  EXPECT_EQ(SelectTraceTensors(t, "emb.weight"), V{"step3.emb.weight"});
+  EXPECT_EQ(SelectTraceTensors(t, "emb.weight", 4), V{"step4.emb.weight"});
+  EXPECT_EQ(SelectTraceTensors(t, ""), (V{"step3.emb.weight", "step3.fc.bias"}));
+  EXPECT_EQ(SelectTraceTensors(t, "", 4), (V{"step4.emb.weight", "step4.fc.bias"}));
+  try {
+    SelectTraceTensors(t, "emb");
+    FAIL() << "an unknown name must throw";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("emb.weight, fc.bias"), std::string::npos) << what;
+    EXPECT_NE(what.find("steps 3,4"), std::string::npos) << what;
+  }
+  EXPECT_THROW(SelectTraceTensors(t, "", 9), InvalidArgument);
+  // Names without a step are one step of their own.
+  const std::vector<TraceTensorInfo> plain = {{"a", 5, 1, {}}, {"b", 5, 1, {}}};
+  EXPECT_EQ(SelectTraceTensors(plain, ""), (V{"a", "b"}));
+  EXPECT_EQ(SelectTraceTensors(plain, "b"), V{"b"});
+}
+
 TEST(TraceTest, AddAndWriteRejectInconsistentTraces) {
   Trace t;
   t.world_size = 2;
