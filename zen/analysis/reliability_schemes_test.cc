@@ -240,7 +240,7 @@ struct WireMeta {
 static_assert(sizeof(WireMeta) == 56);
 
 uint64_t Fnv1a(std::string_view s) {
-  uint64_t h = 14695981039346656037ULL;  // the FNV-1a offset basis
+  uint64_t h = 1469598103934665603ULL;
   for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
   return h;
 }
