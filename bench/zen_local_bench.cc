@@ -39,7 +39,8 @@
 #include <random>
 #include <thread>
 
-#include "zen/core/hash_bitmap.h"
+#include "zen/schemes/zen/decoded_rows.h"
+#include "zen/schemes/zen/row_codec.h"
 #include "zen/core/hierarchical_hash.h"
 #include "zen/core/partition.h"
 #include "zen/core/radix_sort.h"

@@ -11,8 +11,8 @@
 
 #include "fuzz/fuzz_cases.h"
 #include "zen/analysis/auto_scheme.h"
+#include "zen/schemes/zen/row_codec.h"
 #include "zen/testing/inproc_communicator.h"
-#include "zen/core/hash_bitmap.h"
 #include "zen/schemes/wire.h"
 #include "zen/workload/trace.h"
 

@@ -9,7 +9,8 @@
 // crash, a hang, or an exception outside the error model.
 //
 // Input: scheme byte, block_values (8 bytes), threads (2 bytes, signed),
-// wire_values byte, then for auto: warmup, every, sample_ids (2 bytes),
+// an unused byte (the seeds' layout), then for auto: warmup, every,
+// sample_ids (2 bytes),
 // bandwidth, latency, within, drop (one byte each, OptionDouble), trial
 // candidates, calls_each, max_tensors, a candidates bit mask (bit 7: an
 // unknown id), rank_order; then the call: flags (dense, width, calls), rows
@@ -60,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   zen::AutoOptions o;
   o.scheme.block_values = Int64(in);
   o.scheme.threads = Int16(in);
-  o.scheme.wire_values = static_cast<zen::WireValues>(in.Byte());
+  static_cast<void>(in.Byte());  // unused: keeps the seeds' layout
   o.profiler.schedule.warmup_calls = static_cast<int8_t>(in.Byte());
   o.profiler.schedule.every = static_cast<int8_t>(in.Byte());
   o.profiler.sample_ids = Int16(in);

@@ -1,4 +1,4 @@
-// libFuzzer target: zen::DecodeRows (zen/core/hash_bitmap.h), the decoder of
+// libFuzzer target: zen::DecodeRows (zen/schemes/zen/row_codec.h), the decoder of
 // ZEN's push and pull messages (COO, COO32, hash bitmap or Elias-Fano), whose index is a
 // position in the sending server's domain, and its reader-checked form
 // (ParseRows with PositionCheck::kByReader, then ForEachChecked). Input:
@@ -7,7 +7,8 @@
 #include <string>
 
 #include "fuzz/fuzz_cases.h"
-#include "zen/core/hash_bitmap.h"
+#include "zen/schemes/zen/decoded_rows.h"
+#include "zen/schemes/zen/row_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   zen::fuzz::Input in(data, size);

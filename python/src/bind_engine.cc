@@ -31,8 +31,9 @@
 // "dtype" (the caller's dtype before conversion to float32, compared across
 // ranks), "values" ("bf16"/"fp16": values at half width on the wire,
 // summed in float32), "sum_order" ([(first element, start rank), ...]:
-// the order ranks' values are added in, ZenScheme::set_sum_order; these two
-// need scheme zen, which "auto" then means) and "rank_order" (True: the sum
+// the order ranks' values are added in, SyncOptions::sum_order; these two
+// need a scheme whose registry entry declares them, SyncCapabilities: zen,
+// which "auto" then means) and "rank_order" (True: the sum
 // is added in ascending rank order, bit for bit; "auto" then chooses among
 // the schemes that do, BatchTensor::rank_order).
 #include <pybind11/functional.h>
@@ -380,7 +381,7 @@ void BindEngine(py::module_& m) {
             // The tensor's auto is the plain one or the rank-order one.
             for (const bool rank_order : {false, true}) {
               const auto* a = dynamic_cast<const AutoScheme*>(
-                  &c.scheme("auto", WireValues::kFloat32, rank_order));
+                  &c.scheme("auto", rank_order));
               if (a == nullptr) continue;
               if (const AutoDecision* d = a->decision(tensor)) return py::str(d->chosen);
             }

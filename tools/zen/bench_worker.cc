@@ -16,7 +16,7 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
-#include "zen/schemes/zen.h"
+#include "zen/schemes/zen/zen.h"
 #include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 

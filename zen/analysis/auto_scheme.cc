@@ -143,8 +143,7 @@ std::string SettingsText(const AutoOptions& o) {
       << ", profile "
       << o.profiler.schedule.warmup_calls << "/" << o.profiler.schedule.every << "/"
       << o.profiler.sample_ids << "/" << o.profiler.block_values << "/" << o.profiler.seed
-      << ", max tensors " << o.max_tensors << ", wire values "
-      << WireValuesName(o.scheme.wire_values) << ", block_values " << o.scheme.block_values;
+      << ", max tensors " << o.max_tensors << ", block_values " << o.scheme.block_values;
   return out.str();
 }
 
@@ -309,7 +308,7 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
   // Candidates far behind the best so far are not timed again. One call is
   // weak evidence: two single calls of schemes whose steady states are
   // within a few percent differed by 1.7x on the testbed (a lucky first
-  // call of one, docs/sections/cost-model.md), so a candidate timed once
+  // call of one, docs/sections/auto.md), so a candidate timed once
   // must be drop^2 behind (2.25x at the default) to go.
   std::vector<size_t> live;
   const double drop = options_.trial.drop;
@@ -326,7 +325,7 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
   // the same on every rank): no candidate always takes a round's first
   // call, which can run differently from the others (on the testbed,
   // agsparse, always first, ran its first trial calls up to 2x faster
-  // than its later ones: docs/sections/cost-model.md).
+  // than its later ones: docs/sections/auto.md).
   std::sort(live.begin(), live.end());
   ++state.rounds;
   if (!live.empty()) {
@@ -344,15 +343,16 @@ void AutoScheme::EndRound(TensorState& state, Communicator& comm) {
   if (options_.log && comm.rank() == 0) Log(FormatDecision(d));
 }
 
-SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local) {
+SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local,
+                               const SyncOptions& options) {
   SparseTensor sum;
-  Route(comm, local, [&](Scheme& s) { sum = Dispatch(s, comm, local); });
+  Route(comm, local, [&](Scheme& s) { sum = Dispatch(s, comm, local, options); });
   return sum;
 }
 
 void AutoScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                            float divisor) {
-  Route(comm, local, [&](Scheme& s) { DispatchInto(s, comm, local, out, divisor); });
+                            float divisor, const SyncOptions& options) {
+  Route(comm, local, [&](Scheme& s) { DispatchInto(s, comm, local, out, divisor, options); });
 }
 
 void AutoScheme::Route(Communicator& comm, const SparseTensor& local,

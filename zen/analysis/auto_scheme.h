@@ -141,9 +141,10 @@ class AutoScheme final : public Scheme {
   bool settled(std::string_view tensor) const;
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override;
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions& options) override;
   void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                  float divisor) override;
+                  float divisor, const SyncOptions& options) override;
 
  private:
   struct TensorState {

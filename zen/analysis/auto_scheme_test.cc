@@ -226,7 +226,7 @@ class RefusingScheme final : public Scheme {
   Support supports(const SparsityProfile&) const override { return Support::No("instance says no"); }
 
  protected:
-  SparseTensor DoSync(Communicator&, const SparseTensor&) override {
+  SparseTensor DoSync(Communicator&, const SparseTensor&, const SyncOptions&) override {
     ADD_FAILURE() << "a refusing scheme ran";
     return SparseTensor();
   }
@@ -309,7 +309,8 @@ class ScriptedTimeScheme final : public Scheme {
   std::string_view description() const override { return "scripted times"; }
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions&) override {
     const int ms = sleeps_ms_[std::min(my_calls_++, sleeps_ms_.size() - 1)];
     if (calls_ != nullptr) ++*calls_;
     if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -472,7 +473,7 @@ TEST(AutoSchemeTest, OneSlowFirstCallDoesNotDropACandidate) {
 
 // Each trial round starts one candidate further (A B C, B C A, C A B): none
 // always takes a round's first call, which can run differently from the
-// rest (docs/sections/cost-model.md).
+// rest (docs/sections/auto.md).
 TEST(AutoSchemeTest, TrialRoundsRotateWhoGoesFirst) {
   const auto inputs = GenerateSynthetic(
       ParseSyntheticSpec("zipf:rows=2000,width=4,density=0.02,skew=1.1,seed=4"), 2);

@@ -16,7 +16,7 @@
 #include "zen/core/partition.h"
 #include "zen/core/topk.h"
 #include "zen/schemes/registry.h"
-#include "zen/schemes/zen.h"
+#include "zen/schemes/zen/zen.h"
 #include "zen/testing/ranks.h"
 
 namespace zen {
@@ -40,9 +40,6 @@ std::vector<BadOption> BadSchemeOptions() {
     o.threads = t;
     out.push_back({"threads", std::to_string(t), o});
   }
-  SchemeOptions o;
-  o.wire_values = static_cast<WireValues>(7);
-  out.push_back({"wire_values", "7", o});
   return out;
 }
 

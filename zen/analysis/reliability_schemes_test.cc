@@ -22,7 +22,7 @@
 #include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
-#include "zen/schemes/zen.h"
+#include "zen/schemes/zen/zen.h"
 #include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
@@ -491,6 +491,7 @@ TEST(ReliabilitySettingsTest, RanksBuiltWithOtherSettingsFailEveryRankBeforeData
   struct Case {
     std::string label, scheme, expect;     // expect: in the odd rank's message
     std::function<std::unique_ptr<Scheme>(bool odd)> make;
+    WireValues odd_values = WireValues::kFloat32;  // the odd rank's call option
   };
   const std::vector<Case> cases = {
       {"zen ownership", "zen", "ownership range",
@@ -500,11 +501,7 @@ TEST(ReliabilitySettingsTest, RanksBuiltWithOtherSettingsFailEveryRankBeforeData
          return std::make_unique<ZenScheme>(SchemeOptions{}, c);
        }},
       {"zen wire values", "zen", "wire values bfloat16",
-       [](bool odd) {
-         SchemeOptions o;
-         if (odd) o.wire_values = WireValues::kBfloat16;
-         return AllSchemes().Create("zen", o);
-       }},
+       [](bool) { return AllSchemes().Create("zen"); }, WireValues::kBfloat16},
       {"omnireduce block", "omnireduce", "block_values 64",
        [](bool odd) {
          SchemeOptions o;
@@ -529,7 +526,9 @@ TEST(ReliabilitySettingsTest, RanksBuiltWithOtherSettingsFailEveryRankBeforeData
           const std::vector<SparseTensor> in = Inputs(kRows, kWidth, 5);
           const std::unique_ptr<Scheme> mine = c.make(comm.rank() == odd);
           const uint64_t sent_before = comm.counters().total_sent();
-          Outcome o = Capture([&] { mine->Sync(comm, in[r]); });
+          SyncOptions call;
+          if (comm.rank() == odd) call.values = c.odd_values;
+          Outcome o = Capture([&] { mine->Sync(comm, in[r], call); });
           const uint64_t sent = comm.counters().total_sent() - sent_before;
           // The next call, every rank with the same (default) settings.
           const std::unique_ptr<Scheme> shared = c.make(false);

@@ -1,9 +1,9 @@
 // zen/core/half.h: 16-bit float formats for values on the wire.
 //
 // zen can send gradient values as bfloat16 or IEEE 754 binary16 (fp16) and
-// sum them in float32 (see SchemeOptions::wire_values). These functions
-// convert one value between float32 and the 16-bit bit patterns with round
-// to nearest, ties to even, in portable integer arithmetic: no compiler
+// sum them in float32 (see SyncOptions::values, zen/schemes/scheme.h). These
+// functions convert one value between float32 and the 16-bit bit patterns
+// with round to nearest, ties to even, in portable integer arithmetic: no compiler
 // `_Float16`/`__bf16` support is needed (clang on x86-64 lacks `_Float16`
 // before version 15), so every build gives the same bits.
 //

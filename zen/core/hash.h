@@ -28,16 +28,30 @@
 //   int server = static_cast<int>(h0(row_id, /*range=*/n));   // same on every rank
 //   zen::UniversalHash slot(zen::DeriveSeed(42, 1), 2);
 //   uint64_t s = slot(row_id, table_size);
+//   uint64_t f = zen::Fnv1a("emb.weight");   // a stable fingerprint of a name
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace zen {
 
 // The field prime 2^61 - 1; keys must be below it.
 inline constexpr uint64_t kHashPrime = (uint64_t{1} << 61) - 1;
+
+// FNV-1a (64-bit) of the bytes of `s`, continuing from `h`: a stable
+// fingerprint of a name or a record (the metadata exchange's call identity,
+// the engine's batch description); not a keyed hash. kFnv1aBasis is the
+// offset basis the metadata records and the committed fuzz seeds carry: the
+// published one (14695981039346656037) less its last digit; Fnv1a(s,
+// 14695981039346656037) is the published FNV-1a.
+inline constexpr uint64_t kFnv1aBasis = 1469598103934665603ULL;
+constexpr uint64_t Fnv1a(std::string_view s, uint64_t h = kFnv1aBasis) {
+  for (const char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  return h;
+}
 
 // Derives the seed of the i-th member of a family from a base seed
 // (splitmix64 of base + i * golden ratio); distinct i give unrelated seeds.

@@ -139,5 +139,16 @@ TEST(DeriveSeed, DistinctMembers) {
   EXPECT_EQ(seen.size(), 1000u);
 }
 
+// The published FNV-1a 64 test vectors (Fowler, Noll, Vo; draft-eastlake-fnv)
+// from the published offset basis; the default basis is zen's.
+TEST(Fnv1a, MatchesPublishedVectors) {
+  constexpr uint64_t kPublished = 0xcbf29ce484222325ULL;
+  EXPECT_EQ(Fnv1a("", kPublished), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(Fnv1a("a", kPublished), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(Fnv1a("foobar", kPublished), 0x85944171f73967e8ULL);
+  EXPECT_EQ(Fnv1a(""), 1469598103934665603ULL);
+  EXPECT_EQ(Fnv1a("bar", Fnv1a("foo")), Fnv1a("foobar"));  // continues from h
+}
+
 }  // namespace
 }  // namespace zen

@@ -359,9 +359,8 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
 // so one radix sort of (key, item) words by key orders the rows by server
 // and by position at once; each server's rows are then a run of the sorted
 // words (found by the servers' starts). Keys and items below 2^32 share one
-// 8-byte word. Measured for 41k rows of 4.1M, 8 servers: 0.43-0.50 ms
-// against 1.0 ms for the generic path's per-row server lookup, scatter by
-// server and per-server sorts (2026-12-04).
+// 8-byte word: one sort instead of the generic path's per-row server
+// lookup, scatter by server and per-server sorts.
 void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
                                                   std::span<const float> values, int64_t width,
                                                   const RowOwner& owner, Partitions& out) {

@@ -272,8 +272,8 @@ std::unique_ptr<Partitioner> MakePartitioner(std::string_view kind, int threads)
 
 // Copies one row of width floats. Rows of up to 16 floats are copied
 // inline in 16-byte pieces (the last one overlapping), not by a call to
-// memcpy: a call per row of a narrow tensor (width 4: 16 bytes) cost more
-// than the copy (a third of zen's CPU on a 3M x 4 tensor, 2026-12-05).
+// memcpy: a call per row of a narrow tensor (width 4: 16 bytes) costs more
+// than the copy.
 inline void CopyRow(float* dst, const float* src, int64_t width) {
   const size_t w = static_cast<size_t>(width);
   if (w >= 4 && w <= 16) {

@@ -6,7 +6,7 @@ namespace zen::radix_internal {
 
 // With the popcnt instruction where the CPU has it (chosen at run time; the
 // portable std::popcount is a library call on baseline x86-64). Not under
-// ThreadSanitizer: see CountBits in hash_bitmap.cc.
+// ThreadSanitizer: see CountBits in zen/schemes/zen/row_codec.cc.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("popcnt", "default")))

@@ -180,7 +180,7 @@ inline __attribute__((always_inline)) void NetworkWords(uint64_t* words, size_t 
   }
 }
 
-// (Not under ThreadSanitizer: see CountBits in hash_bitmap.cc.)
+// (Not under ThreadSanitizer: see CountBits in zen/schemes/zen/row_codec.cc.)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_THREAD__)
 #define ZEN_AVX2_CLONES __attribute__((target_clones("avx2", "default")))

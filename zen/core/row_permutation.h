@@ -72,15 +72,11 @@ class RowPermutation {
   // bits below `shift` ride along. shift in [0, 64), every key in [0, rows)
   // and below 2^(64 - shift) (unchecked). The same values as Inverse. Rows
   // are inverted sixteen at a time in vector registers (four 64-bit lanes
-  // each; AVX2 where the CPU has it, chosen at run time): 1.2 ms for 300k
-  // keys of 4.1M rows on the development machine, against 2.2 ms for the
-  // scalar eight-at-a-time loop it replaced (2026-12-04). Results that
+  // each; AVX2 where the CPU has it, chosen at run time). Results that
   // leave [0, rows) (up to half of them: the network permutes [0, 2^bits()))
-  // walk their cycle batched too, collected per block of 1024 words
-  // (`zen_local_bench --benchmark_filter=Permutation`, 41k keys, one
-  // process, 2026-12-05: 5.2 ns per key for rows 714,120 and 7.9 for
-  // 2^20 + 1, against 12.4 and 24.8 walking them one at a time; 3.0 at
-  // rows 2^22, where none walks).
+  // walk their cycle batched too, collected per block of 1024 words, which
+  // costs a fraction of walking them one at a time
+  // (`zen_local_bench --benchmark_filter=Permutation` measures both).
   // The element-sparse decode's hottest loop (one inverse per result row).
   void InverseInPlace(std::span<uint64_t> words, int shift) const;
   // pi of every word's key field, in place, under the same conditions: the

@@ -24,7 +24,7 @@ namespace {
 // `low`, apart from writes that later calls overwrite, and writes at most
 // one slot per call; more(c) says whether there is room for c more calls.
 // A block whose values at or above `low` outnumber the room left is done one
-// value at a time, each call checked (as the whole scan once was), and the
+// value at a time, each call checked, and the
 // scan goes on by blocks after it. Returns where it stopped. The passes that
 // gather the few values above a threshold (1-2% of a gradient at ratio 1%)
 // thus read each block with four vector compares and write only what they

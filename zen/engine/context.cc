@@ -8,34 +8,57 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/core/hash.h"
 #include "zen/core/row_permutation.h"
-#include "zen/schemes/zen.h"
 
 namespace zen {
 namespace {
 
-// FNV-1a over the bytes of a string.
-uint64_t Mix(uint64_t h, std::string_view s) {
-  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
-  return (h ^ 0xff) * 1099511628211ULL;  // a separator, so "ab"+"c" != "a"+"bc"
+// FNV-1a over the bytes of a string and a separator byte, so that
+// "ab"+"c" != "a"+"bc".
+uint64_t Mix(uint64_t h, std::string_view s) { return Fnv1a("\xff", Fnv1a(s, h)); }
+
+// The per-call options of a batch tensor (its sum order viewed, not copied).
+SyncOptions CallOptions(const BatchTensor& t) { return SyncOptions{t.values, t.sum_order}; }
+
+// The capabilities a tensor's options need (SyncOptions).
+SyncCapabilities Needs(const BatchTensor& t) {
+  return {.narrow_values = t.values != WireValues::kFloat32, .sum_order = !t.sum_order.empty()};
 }
 
-const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback) {
-  static const std::string kZen = "zen";
-  const std::string& id = t.scheme.empty() ? fallback : t.scheme;
-  // Half-width values are ZEN's: "auto" picks it.
-  const bool needs_zen = t.values != WireValues::kFloat32 || !t.sum_order.empty();
-  return needs_zen && id == "auto" ? kZen : id;
+bool Covers(const SyncCapabilities& have, const SyncCapabilities& need) {
+  return (have.narrow_values || !need.narrow_values) && (have.sum_order || !need.sum_order);
 }
 
-// "ranks" (ascending), or the steps' count and a digest.
-std::string SumOrderName(const std::vector<std::pair<int64_t, int>>& order) {
-  if (order.empty()) return "ranks";
-  uint64_t h = 1469598103934665603ULL;
-  for (const auto& [first, start] : order) {
-    h = Mix(h, std::to_string(first) + ":" + std::to_string(start));
+constexpr SyncCapabilities kNarrowValues{.narrow_values = true, .sum_order = false};
+constexpr SyncCapabilities kSumOrder{.narrow_values = false, .sum_order = true};
+
+// The registry's schemes that declare every capability in `need`, as
+// "a or b", or "none".
+std::string Declaring(const SchemeRegistry& registry, const SyncCapabilities& need) {
+  std::string out;
+  for (const SchemeInfo& info : registry.schemes()) {
+    if (!Covers(info.capabilities, need)) continue;
+    out += out.empty() ? "" : " or ";
+    out += info.id;
   }
-  return detail::Concat(order.size(), " steps #", h % 1000000007ULL);
+  return out.empty() ? "none" : out;
+}
+
+// The scheme a tensor runs with: its own or the context's. "auto" (which
+// declares no per-call capability) means the first registry entry that
+// declares what the tensor's options need.
+const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback,
+                            const SchemeRegistry& registry) {
+  const std::string& id = t.scheme.empty() ? fallback : t.scheme;
+  const SyncCapabilities need = Needs(t);
+  if (id != "auto" || need == SyncCapabilities{}) return id;
+  const SchemeInfo* info = registry.Find(id);
+  if (info != nullptr && Covers(info->capabilities, need)) return id;
+  for (const SchemeInfo& s : registry.schemes()) {
+    if (Covers(s.capabilities, need)) return s.id;
+  }
+  return id;
 }
 
 // What the ranks must agree on for one tensor, in a fixed field order.
@@ -102,23 +125,23 @@ std::string LocalError(const BatchTensor& t, const std::string& scheme,
                        const SchemeRegistry& registry, int world) {
   if (!t.error.empty()) return t.error;
   if (!registry.Find(scheme)) return "unknown scheme '" + scheme + "'";
-  if (t.values != WireValues::kFloat32 && scheme != "zen") {
-    return detail::Concat(WireValuesName(t.values), " values on the wire need scheme zen, not '",
-                          scheme, "'");
+  // The per-call options against what the scheme's entry declares.
+  const SyncCapabilities& has = registry.Find(scheme)->capabilities;
+  if (t.values != WireValues::kFloat32 && !has.narrow_values) {
+    return detail::Concat(WireValuesName(t.values), " values on the wire need scheme ",
+                          Declaring(registry, kNarrowValues), ", not '", scheme,
+                          "' (it does not declare the capability narrow_values)");
   }
   if (!t.sum_order.empty()) {
-    if (scheme != "zen" || t.kind != BatchTensor::Kind::kDense) {
-      return "a sum order needs a dense tensor and scheme zen, not '" + scheme + "'";
+    if (!has.sum_order || t.kind != BatchTensor::Kind::kDense) {
+      return detail::Concat("a sum order needs a dense tensor and scheme ",
+                            Declaring(registry, kSumOrder), ", not ",
+                            t.kind == BatchTensor::Kind::kDense ? "" : "a sparse tensor with ",
+                            "'", scheme, "'",
+                            has.sum_order ? "" : " (it does not declare the capability sum_order)");
     }
-    for (size_t i = 0; i < t.sum_order.size(); ++i) {
-      const auto [first, start] = t.sum_order[i];
-      if ((i == 0 ? first != 0 : first <= t.sum_order[i - 1].first) || start < 0 ||
-          start >= world) {
-        return detail::Concat("sum order step ", i, " (", first, ", ", start,
-                              ") is invalid: steps start at element 0, ascend, and name ranks "
-                              "in [0, ", world, ")");
-      }
-    }
+    const std::string order = SumOrderError(t.sum_order, world);
+    if (!order.empty()) return order;
   }
   if (t.rows < 1 || t.width < 1) {
     return detail::Concat("shape [", t.rows, ", ", t.width,
@@ -152,22 +175,15 @@ std::string LocalError(const BatchTensor& t, const std::string& scheme,
 // Coalescing pays where a tensor's own exchange is mostly fixed cost
 // (rounds, per-message CPU); for large tensors the copy into the group and
 // messages past the transport's eager size cost more than the rounds
-// saved. Measured (8 processes, loopback, 2026-12-04): 16 tensors of
-// 32000 x 16 or 8 of 32000 x 64 in one exchange were 6-7x and 1.3-1.6x
-// faster than one exchange each; 2 of 250000 x 64 with 20000 rows per rank
-// (5 MB each) were 1.5x slower. Only agreed fields may decide (the ranks'
-// row counts differ), so the bounds are on the dense shape: a tensor of
-// more than kCoalesceTensorElements moves alone, and a group closes before
-// it passes kCoalesceGroupElements.
+// saved (bench/batch_coalescing.py measures where the balance turns: a
+// few MB per tensor). Only agreed fields may decide (the ranks' row counts
+// differ), so the bounds are on the dense shape: a tensor of more than
+// kCoalesceTensorElements moves alone, and a group closes before it passes
+// kCoalesceGroupElements.
 //
 // A dense tensor sends every element (its zero rows aside), so its bounds
-// are far lower. Measured the same way (bench/batch_coalescing.py --kind
-// dense, width 1, the previous engine's one exchange per dense tensor
-// against one for the batch, 2026-12-05, load 2-10 from the 8 ranks): 16 of
-// 512 values 43-47 -> 8-9 ms, 32 of 2048 107-108 -> 49-50, 8 of 8192 49-51
-// -> 42, 8 of 16384 91-95 -> 81-83, 4 of 32768 78-84 -> 77-79 (even), 8 of
-// 65536 312-320 -> 430-431 (1.4x slower), 8 of 32000 x 16 320-340 ->
-// 382-435.
+// are far lower: coalescing dense tensors pays up to tens of thousands of
+// elements each and costs beyond (bench/batch_coalescing.py --kind dense).
 constexpr int64_t kCoalesceTensorElements = int64_t{1} << 22;
 constexpr int64_t kCoalesceGroupElements = int64_t{1} << 24;
 constexpr int64_t kCoalesceDenseTensorElements = int64_t{1} << 15;
@@ -202,7 +218,7 @@ std::vector<std::vector<size_t>> CoalescedGroups(std::span<const BatchTensor> te
     const int64_t max_group = dense ? kCoalesceDenseGroupElements : kCoalesceGroupElements;
     int64_t own = 0;
     if (!TryMul(t.rows, t.width, own) || own > max_tensor) continue;
-    const std::string& id = SchemeOf(t, fallback);
+    const std::string& id = SchemeOf(t, fallback, registry);
     const SchemeInfo* info = registry.Find(id);
     if (id != "auto" && (info == nullptr || !info->rank_order)) continue;
     const std::string key = detail::Concat(dense ? "dense" : "sparse", '\t', id, '\t',
@@ -268,9 +284,9 @@ void CheckBatchAgree(Communicator& comm, std::string_view batch,
                      std::span<const BatchTensor> tensors, const std::string& default_scheme,
                      const SchemeRegistry& registry, std::string_view settings) {
   std::string error;
-  uint64_t fingerprint = 1469598103934665603ULL;
+  uint64_t fingerprint = kFnv1aBasis;
   for (const BatchTensor& t : tensors) {
-    const std::string& scheme = SchemeOf(t, default_scheme);
+    const std::string& scheme = SchemeOf(t, default_scheme, registry);
     if (error.empty()) {
       const std::string why = LocalError(t, scheme, registry, comm.size());
       if (!why.empty()) error = "tensor '" + t.name + "': " + why;
@@ -377,13 +393,12 @@ void Context::Drain() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
 }
 
-Scheme& Context::scheme(const std::string& id, WireValues values, bool rank_order) {
+Scheme& Context::scheme(const std::string& id, bool rank_order) {
   std::lock_guard lock(schemes_mu_);
-  const std::string key = id + "/" + WireValuesName(values) + (rank_order ? "/rank-order" : "");
+  const std::string key = id + (rank_order ? "/rank-order" : "");
   auto it = schemes_.find(key);
   if (it == schemes_.end()) {
-    SchemeOptions options = options_.scheme_options;
-    options.wire_values = values;
+    const SchemeOptions& options = options_.scheme_options;
     AutoOptions auto_options;
     auto_options.rank_order = rank_order;
     const SchemeRegistry registry = AllSchemes(auto_options);
@@ -455,8 +470,8 @@ void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& 
   }
   SparseTensor input = SparseTensor::FromSorted(offset, width, std::move(coalesced_ids_),
                                                 std::move(coalesced_values_), std::move(name));
-  Scheme& s = scheme(SchemeOf(first, options_.scheme), first.values, first.rank_order);
-  const SparseTensor sum = s.Sync(*comm_, input);
+  Scheme& s = scheme(SchemeOf(first, options_.scheme, registry_), first.rank_order);
+  const SparseTensor sum = s.Sync(*comm_, input, CallOptions(first));
   // The input's storage back for the next batch (after an error the next
   // batch allocates it anew).
   coalesced_ids_ = std::move(input).TakeIds();
@@ -502,8 +517,8 @@ void Context::SyncCoalescedDense(const std::string& batch, std::vector<BatchTens
   }
   const std::string name = detail::Concat(batch, ": ", group.size(),
                                           " dense tensors coalesced ('", first.name, "', ...)");
-  Scheme& s = scheme(SchemeOf(first, options_.scheme), first.values, first.rank_order);
-  s.SyncDense(*comm_, coalesced_dense_, rows, first.width, name);
+  Scheme& s = scheme(SchemeOf(first, options_.scheme, registry_), first.rank_order);
+  s.SyncDense(*comm_, coalesced_dense_, rows, first.width, name, CallOptions(first));
   size_t at = 0;
   for (size_t index : group) {
     BatchTensor& t = tensors[index];
@@ -539,18 +554,14 @@ void Context::Execute(const Job& job) {
       }
       continue;
     }
-    Scheme& s = scheme(SchemeOf(t, options_.scheme), t.values, t.rank_order);
+    Scheme& s = scheme(SchemeOf(t, options_.scheme, registry_), t.rank_order);
+    const SyncOptions call = CallOptions(t);
     if (t.kind == BatchTensor::Kind::kDense) {
-      if (!t.sum_order.empty()) {
-        auto* zen = dynamic_cast<ZenScheme*>(&s);
-        if (zen == nullptr) throw InvalidArgument(Where{comm_->rank(), t.name}, "a sum order needs zen");
-        zen->set_sum_order(t.sum_order);
-      }
-      s.SyncDense(*comm_, t.dense, t.rows, t.width, t.name);
+      s.SyncDense(*comm_, t.dense, t.rows, t.width, t.name, call);
     } else if (t.into) {
-      s.SyncInto(*comm_, *t.sparse, t.sparse_into, t.divisor);
+      s.SyncInto(*comm_, *t.sparse, t.sparse_into, t.divisor, call);
     } else {
-      *t.sparse_out = s.Sync(*comm_, *t.sparse);
+      *t.sparse_out = s.Sync(*comm_, *t.sparse, call);
     }
   }
 }

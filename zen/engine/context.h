@@ -95,15 +95,17 @@ struct BatchTensor {
   // only compared across ranks; empty means float32.
   std::string dtype;
   // Values on the wire: float32, or bfloat16/float16 (half the value bytes;
-  // sums stay float32). Half widths need scheme "zen" ("auto" then means
-  // zen); the ranks must agree.
+  // sums stay float32): SyncOptions::values. Half widths need a scheme
+  // whose registry entry declares SyncCapabilities::narrow_values ("auto"
+  // then means the first such entry); the ranks must agree.
   WireValues values = WireValues::kFloat32;
   // kDense only: the order in which ranks' values are added, per element
-  // (ZenScheme::set_sum_order: (first element, start rank) steps; empty:
+  // (SyncOptions::sum_order: (first element, start rank) steps; empty:
   // ascending ranks). zen.torch passes Gloo's ring order so that its sums
-  // are plain DDP's bit for bit. Needs scheme zen ("auto" then means zen);
+  // are plain DDP's bit for bit. Needs a scheme that declares
+  // SyncCapabilities::sum_order ("auto" then means the first such entry);
   // the ranks must agree.
-  std::vector<std::pair<int64_t, int>> sum_order;
+  std::vector<SumStep> sum_order;
   // The sum must be the ranks' values added in ascending rank order on
   // every rank, bit for bit (PyTorch's Gloo sparse allreduce; zen.torch
   // asks for it on DDP's sparse gradients): "auto" then chooses only among
@@ -199,11 +201,10 @@ class Context {
   const ContextOptions& options() const { return options_; }
 
   // The scheme object the context uses for an id (created on first use);
-  // e.g. to read ZenLastStats or an auto decision. Read it only while no
-  // batch is in flight (the progress thread uses it).
+  // e.g. to read a scheme's last stats or an auto decision. Read it only
+  // while no batch is in flight (the progress thread uses it).
   // `rank_order`: the instance that honours BatchTensor::rank_order.
-  Scheme& scheme(const std::string& id, WireValues values = WireValues::kFloat32,
-                 bool rank_order = false);
+  Scheme& scheme(const std::string& id, bool rank_order = false);
 
  private:
   struct Job {

@@ -684,7 +684,7 @@ TEST_P(ContextTest, RankOrderIsHonouredOrRefused) {
           ASSERT_EQ(differ, 0) << "rank " << r << " call " << call;
         }
         if (GetParam() == "auto") {
-          const auto& a = dynamic_cast<const AutoScheme&>(ctx.scheme("auto", WireValues::kFloat32, true));
+          const auto& a = dynamic_cast<const AutoScheme&>(ctx.scheme("auto", true));
           const AutoDecision* d = a.decision(b.names[3]);
           std::lock_guard lock(mu_);
           ASSERT_NE(d, nullptr);

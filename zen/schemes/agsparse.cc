@@ -6,7 +6,7 @@
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/wire.h"
-#include "zen/schemes/zen_merge.h"
+#include "zen/core/merge_rows.h"
 
 namespace zen {
 namespace {
@@ -19,7 +19,8 @@ class AgSparse final : public Scheme {
   }
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions&) override {
     // One message per peer: [ids (int64 x nnz)][values (float x nnz x width)],
     // encoded into a buffer kept across calls; AllGatherVInto exchanges the
     // byte counts in the transport's frames and receives into buffers kept

@@ -15,5 +15,8 @@
 namespace zen {
 
 SchemeInfo AgSparseInfo();
+// Its cost function (registry.h), defined at the end of agsparse.cc; BuiltinSchemes
+// attaches it to the entry.
+CostVolumes AgSparseCost(const CostInputs& in);
 
 }  // namespace zen

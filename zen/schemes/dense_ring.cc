@@ -58,7 +58,8 @@ class DenseRing final : public Scheme {
   }
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions&) override {
     const size_t w = static_cast<size_t>(local.width());
     const Where where{comm.rank(), local.name()};
     // rows x width x 4 bytes, checked, then allocated without letting
@@ -101,7 +102,7 @@ class DenseRing final : public Scheme {
 
   // A dense bucket is reduced in place; presence is whatever is non-zero.
   void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                   std::string_view tensor) override {
+                   std::string_view tensor, const SyncOptions&) override {
     // rows x width without wrapping: rows 2^62 + 1 x width 4 is not a
     // 4-float buffer.
     const Where where{comm.rank(), tensor};

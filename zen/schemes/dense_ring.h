@@ -17,5 +17,8 @@
 namespace zen {
 
 SchemeInfo DenseRingInfo();
+// Its cost function (registry.h), defined at the end of dense_ring.cc; BuiltinSchemes
+// attaches it to the entry.
+CostVolumes DenseRingCost(const CostInputs& in);
 
 }  // namespace zen

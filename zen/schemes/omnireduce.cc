@@ -222,7 +222,8 @@ class OmniReduce final : public Scheme {
   std::string_view description() const override { return kDescription; }
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions&) override {
     const int n = comm.size(), me = comm.rank();
     if (n == 1) return local;
     const Where where{me, local.name()};

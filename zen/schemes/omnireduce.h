@@ -35,5 +35,8 @@ int64_t OmniBlockCount(int64_t rows, int64_t width, int64_t block_values);
 size_t OmniBlockRecordBytes(int64_t block, int64_t rows, int64_t width, int64_t block_values);
 
 SchemeInfo OmniReduceInfo();
+// Its cost function (registry.h), defined at the end of omnireduce.cc; BuiltinSchemes
+// attaches it to the entry.
+CostVolumes OmniReduceCost(const CostInputs& in);
 
 }  // namespace zen

@@ -9,7 +9,7 @@
 #include "zen/schemes/omnireduce.h"
 #include "zen/schemes/sparcml.h"
 #include "zen/schemes/sparse_ps.h"
-#include "zen/schemes/zen.h"
+#include "zen/schemes/zen/zen.h"
 
 namespace zen {
 namespace {

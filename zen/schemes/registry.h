@@ -3,9 +3,10 @@
 //
 // Each entry (UCC's algorithm-table style): id (what users type), a
 // one-line description, a factory, a cost function (bytes per rank and
-// rounds from a workload profile; cost.h) and, optionally, a supports()
-// check that needs no instance. The cost functions live at the end of each
-// scheme's own .cc file; the registry forms predictions from them and
+// rounds from a workload profile; cost.h), optionally a supports() check
+// that needs no instance, whether it sums in rank order, and the per-call
+// options it takes (SyncCapabilities). The cost functions live at the end of
+// each scheme's own file or folder; the registry forms predictions from them and
 // selects the scheme with the lowest predicted time (SchemeRegistry::Select),
 // falling back to the next one when a scheme says "not supported". Nothing
 // here, and nothing in the cost model, switches on scheme names.
@@ -51,6 +52,11 @@ struct SchemeInfo {
   // entry that says so by all_schemes_test.cc). `auto` with
   // AutoOptions::rank_order chooses only among these.
   bool rank_order = false;
+  // What the scheme takes per call beyond the defaults (SyncOptions): the
+  // same constant its objects return from Scheme::capabilities(). The
+  // engine reads it to route or refuse a tensor's options, naming the
+  // scheme and the capability.
+  SyncCapabilities capabilities = {};
 };
 
 // The outcome of SchemeRegistry::Select.
@@ -111,14 +117,5 @@ class SchemeRegistry {
 // analysis layer (it needs the profiler): see zen/analysis/auto_scheme.h,
 // AllSchemes().
 SchemeRegistry BuiltinSchemes();
-
-// Each builtin scheme's cost function, defined in a block at the end of the
-// scheme's own .cc file (BuiltinSchemes attaches it to the entry).
-CostVolumes DenseRingCost(const CostInputs& in);
-CostVolumes AgSparseCost(const CostInputs& in);
-CostVolumes SparcmlCost(const CostInputs& in);
-CostVolumes OmniReduceCost(const CostInputs& in);
-CostVolumes SparsePsCost(const CostInputs& in);
-CostVolumes ZenCost(const CostInputs& in);
 
 }  // namespace zen

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "zen/core/error.h"
 #include "zen/testing/ranks.h"
@@ -158,6 +161,78 @@ TEST(SchemeRegistryTest, CreateAppliesCheckAgreement) {
       EXPECT_TRUE(std::equal(sums[0][r].values().begin(), sums[0][r].values().end(),
                              sums[1][r].values().begin(), sums[1][r].values().end()));
     }
+  }
+}
+
+// Each entry declares its per-call capabilities once: the registry's
+// SchemeInfo::capabilities and a built object's capabilities() agree, and
+// zen (the one scheme with half-width values and sum orders) declares both.
+TEST(SchemeRegistry, EntriesAndObjectsDeclareTheSameCapabilities) {
+  const SchemeRegistry registry = BuiltinSchemes();
+  for (const SchemeInfo& info : registry.schemes()) {
+    EXPECT_EQ(info.capabilities, registry.Create(info.id)->capabilities()) << info.id;
+  }
+  ASSERT_NE(registry.Find("zen"), nullptr);
+  EXPECT_TRUE(registry.Find("zen")->capabilities.narrow_values);
+  EXPECT_TRUE(registry.Find("zen")->capabilities.sum_order);
+  EXPECT_FALSE(registry.Find("agsparse")->capabilities.narrow_values);
+  EXPECT_FALSE(registry.Find("agsparse")->capabilities.sum_order);
+}
+
+// A call's options that the scheme does not declare, or that are
+// malformed, are InvalidArgument on every rank, naming the scheme and what
+// is missing, before any data moves; the communicator stays usable.
+TEST(SchemeRegistry, PerCallOptionsAreCheckedOnEveryRank) {
+  constexpr int kWorld = 3;
+  SyntheticSpec spec;
+  spec.rows = 200;
+  spec.width = 2;
+  spec.density = 0.1;
+  const std::vector<SparseTensor> in = GenerateSynthetic(spec, kWorld);
+  const DenseReference reference(in);
+  const std::vector<SumStep> order = {{0, 1}, {10, 2}};
+  const std::vector<SumStep> bad_order = {{0, 1}, {10, kWorld}};
+  struct Case {
+    std::string scheme;
+    SyncOptions options;
+    bool dense;
+    std::string expect;
+  };
+  const auto values = [](WireValues v) { return SyncOptions{v, {}}; };
+  const auto ordered = [](std::span<const SumStep> o) {
+    return SyncOptions{WireValues::kFloat32, o};
+  };
+  const std::vector<Case> cases = {
+      {"agsparse", values(WireValues::kBfloat16), false,
+       "scheme 'agsparse' does not take bfloat16 values on the wire"},
+      {"sparcml", ordered(order), true, "scheme 'sparcml' does not take a sum order"},
+      {"zen", ordered(order), false, "a sum order on a sparse call"},
+      {"zen", values(static_cast<WireValues>(7)), false, "wire values 7 is not one of"},
+      {"zen", ordered(bad_order), true, "sum order step 1 (10, 3) is invalid"},
+  };
+  const SchemeRegistry registry = BuiltinSchemes();
+  for (const Case& c : cases) {
+    std::mutex mu;
+    testing::RunRanks(testing::Backend::kInProc, kWorld, [&](Communicator& comm) {
+      const size_t r = static_cast<size_t>(comm.rank());
+      auto scheme = registry.Create(c.scheme);
+      std::vector<float> dense = in[r].ToDense();
+      std::string what;
+      try {
+        if (c.dense) {
+          scheme->SyncDense(comm, dense, spec.rows, spec.width, "t", c.options);
+        } else {
+          scheme->Sync(comm, in[r], c.options);
+        }
+      } catch (const InvalidArgument& e) {
+        what = e.what();
+      }
+      const SparseTensor sum = scheme->Sync(comm, in[r]);  // still usable
+      std::lock_guard lock(mu);
+      EXPECT_NE(what.find(c.expect), std::string::npos)
+          << c.scheme << " rank " << r << ": '" << what << "'";
+      EXPECT_EQ(reference.Compare(sum).rows_mismatch, 0) << c.scheme << " rank " << r;
+    });
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
+#include "zen/core/hash.h"
 #include "zen/core/partition.h"
 
 namespace zen {
@@ -22,29 +23,46 @@ void ValidateSchemeOptions(const SchemeOptions& options, std::string_view scheme
     throw InvalidArgument(Where{}, scheme, ": threads ", options.threads, " is outside [0, ",
                           kMaxThreads, "] (0 = one per hardware thread)");
   }
-  switch (options.wire_values) {
-    case WireValues::kFloat32:
-    case WireValues::kBfloat16:
-    case WireValues::kFloat16:
-      break;
-    default:
-      throw InvalidArgument(Where{}, scheme, ": wire_values ",
-                            static_cast<int>(options.wire_values),
-                            " is not one of float32 (0), bfloat16 (1), float16 (2)");
-  }
 }
+
+std::string SumOrderError(std::span<const SumStep> order, int world) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto [first, start] = order[i];
+    if ((i == 0 ? first != 0 : first <= order[i - 1].first) || start < 0 || start >= world) {
+      return detail::Concat("sum order step ", i, " (", first, ", ", start,
+                            ") is invalid: steps start at element 0, ascend, and name ranks "
+                            "in [0, ", world, ")");
+    }
+  }
+  return {};
+}
+
+std::string SumOrderName(std::span<const SumStep> order) {
+  if (order.empty()) return "ranks";
+  uint64_t h = kFnv1aBasis;
+  for (const auto& [first, start] : order) {
+    h = Fnv1a("\xff", Fnv1a(std::to_string(first) + ":" + std::to_string(start), h));
+  }
+  return detail::Concat(order.size(), " steps #", h % 1000000007ULL);
+}
+
+std::string MissingCapability(const SyncCapabilities& capabilities, const SyncOptions& options,
+                              bool dense) {
+  if (options.values != WireValues::kFloat32 && !capabilities.narrow_values) {
+    return detail::Concat(WireValuesName(options.values), " values on the wire");
+  }
+  if (!options.sum_order.empty() && (!capabilities.sum_order || !dense)) return "a sum order";
+  return {};
+}
+
 namespace {
 
 constexpr uint64_t kMetaMagic = 0x7A656E6D65746132ULL;  // "zenmeta2"
 constexpr uint64_t kDtypeF32 = 1;
 constexpr uint64_t kBadInputFlag = uint64_t{1} << 8;
 
-// FNV-1a: a stable fingerprint of a scheme id or a call's identity.
-uint64_t Fingerprint(std::string_view s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
-  return h;
-}
+// A stable fingerprint of a scheme id or a call's identity.
+uint64_t Fingerprint(std::string_view s) { return Fnv1a(s); }
 
 // A scheme's shared settings as the record's bits 16-63: 0 for the
 // defaults (empty), else 48 bits of their fingerprint (never 0).
@@ -233,39 +251,75 @@ auto Guarded(const Where& where, std::string_view scheme, Fn&& fn) -> decltype(f
   }
 }
 
+// What is wrong with a call's options for `scheme` over `world` ranks, or
+// empty.
+std::string CallError(const Scheme& scheme, const SyncOptions& options, bool dense, int world) {
+  const auto v = static_cast<int>(options.values);
+  if (v < 0 || v > static_cast<int>(WireValues::kFloat16)) {
+    return detail::Concat("wire values ", v,
+                          " is not one of float32 (0), bfloat16 (1), float16 (2)");
+  }
+  const std::string missing = MissingCapability(scheme.capabilities(), options, dense);
+  if (!missing.empty()) {
+    return detail::Concat("scheme '", scheme.name(), "' does not take ", missing,
+                          !dense && !options.sum_order.empty() && scheme.capabilities().sum_order
+                              ? " on a sparse call (dense calls only)"
+                              : " (not among its declared capabilities)");
+  }
+  return SumOrderError(options.sum_order, world);
+}
+
+// The settings every rank must share for this call: the scheme's own and
+// the call's options that are not the defaults.
+std::string CallSettings(const Scheme& scheme, const SyncOptions& options) {
+  std::string out = scheme.shared_settings();
+  const auto add = [&](const std::string& what) {
+    if (!out.empty()) out += ", ";
+    out += what;
+  };
+  if (options.values != WireValues::kFloat32) {
+    add(std::string("wire values ") + WireValuesName(options.values));
+  }
+  if (!options.sum_order.empty()) add("sum order " + SumOrderName(options.sum_order));
+  return out;
+}
+
 }  // namespace
 
-SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local) {
-  const std::string error = ShapeError(local.rows(), local.width());
+SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local,
+                          const SyncOptions& options) {
+  std::string error = ShapeError(local.rows(), local.width());
+  if (error.empty()) error = CallError(*this, options, /*dense=*/false, comm.size());
   if (check_agreement_) {
     CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error,
-                    shared_settings());
+                    CallSettings(*this, options));
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
-  SparseTensor sum =
-      Guarded(Where{comm.rank(), local.name()}, name(), [&] { return DoSync(comm, local); });
+  SparseTensor sum = Guarded(Where{comm.rank(), local.name()}, name(),
+                             [&] { return DoSync(comm, local, options); });
   sum.OwnRows();  // a scheme may return its input (one rank): never the caller's memory
   return sum;
 }
 
 void Scheme::SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                      float divisor) {
+                      float divisor, const SyncOptions& options) {
   std::string error = ShapeError(local.rows(), local.width());
   if (error.empty()) error = SyncIntoError(local, out, divisor);
+  if (error.empty()) error = CallError(*this, options, /*dense=*/false, comm.size());
   if (check_agreement_) {
     CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error,
-                    shared_settings());
+                    CallSettings(*this, options));
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
   Guarded(Where{comm.rank(), local.name()}, name(),
-          [&] { DoSyncInto(comm, local, out, divisor); });
+          [&] { DoSyncInto(comm, local, out, divisor, options); });
 }
 
 void Scheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                        float divisor) {
-  WriteInto(DoSync(comm, local), out, divisor);
+                        float divisor, const SyncOptions& options) {
+  WriteInto(DoSync(comm, local, options), out, divisor);
 }
 
 std::string SyncIntoError(const SparseTensor& local, std::span<const float> out, float divisor) {
@@ -309,25 +363,26 @@ void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, 
 }
 
 void Scheme::SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                       std::string_view tensor) {
+                       std::string_view tensor, const SyncOptions& options) {
   std::string error = ShapeError(rows, width);
   if (error.empty() && buffer.size() != static_cast<size_t>(rows) * static_cast<size_t>(width)) {
     error = detail::Concat("dense buffer has ", buffer.size(), " floats, expected rows ", rows,
                            " x width ", width);
   }
+  if (error.empty()) error = CallError(*this, options, /*dense=*/true, comm.size());
   if (check_agreement_) {
-    CheckRanksAgree(comm, name(), rows, width, tensor, error, shared_settings());
+    CheckRanksAgree(comm, name(), rows, width, tensor, error, CallSettings(*this, options));
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), tensor}, error);
   }
   Guarded(Where{comm.rank(), tensor}, name(),
-          [&] { DoSyncDense(comm, buffer, rows, width, tensor); });
+          [&] { DoSyncDense(comm, buffer, rows, width, tensor, options); });
 }
 
 void Scheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                         std::string_view tensor) {
+                         std::string_view tensor, const SyncOptions& options) {
   const SparseTensor local = SparseTensor::FromDense(buffer, rows, width, std::string(tensor));
-  const SparseTensor sum = DoSync(comm, local);
+  const SparseTensor sum = DoSync(comm, local, options);
   sum.ToDense(buffer);
 }
 

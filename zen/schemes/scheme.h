@@ -22,9 +22,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "zen/comm/communicator.h"
-#include "zen/core/hash_bitmap.h"
+#include "zen/core/wire_values.h"
 #include "zen/core/sparse_tensor.h"
 
 namespace zen {
@@ -61,10 +62,6 @@ struct SchemeOptions {
   int64_t block_values = 256;     // block size (OmniReduce, auto's profile): [1, kMaxBlockValues]
   int threads = 0;                // local worker threads; 0 = hardware concurrency,
                                   // at most kMaxThreads (partition.h)
-  // Values on the wire (ZEN only; other schemes send float32 and the
-  // engine refuses them anything else): see hash_bitmap.h.
-  WireValues wire_values = WireValues::kFloat32;
-
   // A block is at most 2^30 values (4 GiB of floats): record sizes then fit
   // size_t with room to spare.
   static constexpr int64_t kMaxBlockValues = int64_t{1} << 30;
@@ -72,12 +69,58 @@ struct SchemeOptions {
 
 // Checks every field of `options` for scheme `scheme` (the id, for the
 // message): block_values in [1, kMaxBlockValues], threads in [0,
-// kMaxThreads], wire_values one of WireValues. InvalidArgument naming the
+// kMaxThreads]. InvalidArgument naming the
 // scheme, the option and its value; every factory calls it (through
 // SchemeRegistry::Create and in the schemes' constructors), whether or not
 // the scheme uses the option, so that a wrong value is caught where it is
 // given, not as a crash of the call that first divides by it.
 void ValidateSchemeOptions(const SchemeOptions& options, std::string_view scheme);
+
+// One step of a sum order: from element `first` on, an element is summed
+// starting at rank `start` and going down the ranks cyclically (start,
+// start - 1, ..., start + 1), each rank's value added to the sum so far.
+using SumStep = std::pair<int64_t, int>;
+
+// What a scheme can do per call beyond float32 values summed in its own
+// order. Declared once per scheme: in its registry entry
+// (SchemeInfo::capabilities, which the engine reads before building it) and
+// by the built object (Scheme::capabilities(), which Sync checks); the two
+// are one constant of the scheme's file (registry_test compares them).
+struct SyncCapabilities {
+  bool narrow_values = false;  // SyncOptions::values other than float32
+  bool sum_order = false;      // SyncOptions::sum_order, on SyncDense
+  friend bool operator==(const SyncCapabilities&, const SyncCapabilities&) = default;
+};
+
+// The options of one Sync / SyncDense / SyncInto call; the defaults ask for
+// nothing a scheme must declare.
+struct SyncOptions {
+  // Values on the wire: float32, or half width (sums stay float32;
+  // zen/core/wire_values.h). Other than float32: capability narrow_values.
+  WireValues values = WireValues::kFloat32;
+  // Dense calls: the order in which the ranks' values are added, per
+  // element of the [rows x width] buffer, as steps ascending by first
+  // element, the first at 0 (SumStep). This is Gloo's ring allreduce order
+  // when the element of chunk c starts at rank c - 1, so a caller that knows
+  // where its buffer lies in a ring-reduced bucket gets the ring's float32
+  // sums bit for bit (zen.torch does, for plain DDP's). Empty: ranks in
+  // ascending order. Non-empty: capability sum_order. Read during the call
+  // only.
+  std::span<const SumStep> sum_order;
+};
+
+// What is wrong with a sum order over `world` ranks (steps start at element
+// 0, ascend, and name ranks in [0, world)), or empty.
+std::string SumOrderError(std::span<const SumStep> order, int world);
+// "ranks" (ascending), or the steps' count and a digest: how a sum order is
+// named in agreement checks and errors.
+std::string SumOrderName(std::span<const SumStep> order);
+// What `options` ask that `capabilities` lack, named for an error
+// ("bfloat16 values on the wire", "a sum order"), or empty. `dense`: a
+// SyncDense call (a sum order is for dense calls only: asked of a sparse
+// call it is named too).
+std::string MissingCapability(const SyncCapabilities& capabilities, const SyncOptions& options,
+                              bool dense);
 
 class Scheme {
  public:
@@ -93,13 +136,17 @@ class Scheme {
   // local tensor (also for a shape whose rows x width overflows, and for
   // memory exhaustion), MismatchError when ranks disagree (on every rank),
   // TransportError when the network fails.
-  SparseTensor Sync(Communicator& comm, const SparseTensor& local);
+  // `options`: this call's per-call options (SyncOptions); one the scheme
+  // does not declare (capabilities()) is InvalidArgument naming the scheme
+  // and the capability, raised on every rank.
+  SparseTensor Sync(Communicator& comm, const SparseTensor& local,
+                    const SyncOptions& options = {});
 
   // Dense-buffer entry: buffer is [rows x width] row-major; rows that are
   // all zero are not sent; the global sum is written back into buffer.
   // `tensor` is the call's identity, as local.name() is for Sync.
   void SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                 std::string_view tensor = {});
+                 std::string_view tensor = {}, const SyncOptions& options = {});
 
   // Sparse in, dense out: writes the global sum of `local`, each value
   // divided by `divisor`, into `out` ([rows x width] row-major) and zeros
@@ -112,7 +159,11 @@ class Scheme {
   // an `out` of the wrong size or a divisor that is not finite and > 0 is
   // InvalidArgument, raised on every rank.
   void SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                float divisor = 1.0f);
+                float divisor = 1.0f, const SyncOptions& options = {});
+
+  // What this scheme does per call beyond the defaults (its registry
+  // entry's SchemeInfo::capabilities).
+  virtual SyncCapabilities capabilities() const { return {}; }
 
   // Takes part in the metadata exchange of the call the peers are making,
   // with `error` as this rank's reason to refuse it, then throws
@@ -129,34 +180,38 @@ class Scheme {
   bool check_agreement() const { return check_agreement_; }
 
   // The settings of this object that every rank must share, because they
-  // change what goes on the wire or how it is read (ZEN's row ownership and
-  // wire values, OmniReduce's block size, what auto may choose), as text;
+  // change what goes on the wire or how it is read (ZEN's row ownership,
+  // OmniReduce's block size, what auto may choose), as text;
   // empty when they are the defaults. The metadata exchange carries a
   // fingerprint of it: ranks built with different settings raise
   // MismatchError on every rank before data moves, instead of summing
-  // rows each rank reads differently.
+  // rows each rank reads differently. A call's options that are not the
+  // defaults (wire values, a sum order) are added to it for that call.
   virtual std::string shared_settings() const { return {}; }
 
  protected:
-  virtual SparseTensor DoSync(Communicator& comm, const SparseTensor& local) = 0;
+  // `options` asks only for what capabilities() declares (Sync checked it).
+  virtual SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                              const SyncOptions& options) = 0;
   // Override when the scheme can consume a dense buffer directly (ZEN's
   // hierarchical-hash extraction). The default extracts non-zero rows,
   // calls DoSync and scatters the result back.
   virtual void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
-                           int64_t width, std::string_view tensor);
+                           int64_t width, std::string_view tensor, const SyncOptions& options);
   // Override when the scheme can write its result straight into a dense
   // buffer. The default calls DoSync and scatters the result (WriteInto).
   virtual void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                          float divisor);
+                          float divisor, const SyncOptions& options);
   // For a scheme that dispatches to another (auto): runs `target`'s
   // algorithm on input this scheme's Sync already validated and agreed on,
   // without re-entering Sync (no second validation or metadata exchange).
-  static SparseTensor Dispatch(Scheme& target, Communicator& comm, const SparseTensor& local) {
-    return target.DoSync(comm, local);
+  static SparseTensor Dispatch(Scheme& target, Communicator& comm, const SparseTensor& local,
+                               const SyncOptions& options = {}) {
+    return target.DoSync(comm, local, options);
   }
   static void DispatchInto(Scheme& target, Communicator& comm, const SparseTensor& local,
-                           std::span<float> out, float divisor) {
-    target.DoSyncInto(comm, local, out, divisor);
+                           std::span<float> out, float divisor, const SyncOptions& options = {}) {
+    target.DoSyncInto(comm, local, out, divisor, options);
   }
 
  private:

@@ -165,7 +165,8 @@ class Sparcml final : public Scheme {
   std::string_view description() const override { return kDescription; }
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions&) override {
     const int n = comm.size(), me = comm.rank();
     if (n == 1) return local;
     if (plan_rank_ != me || plan_world_ != n) {  // the plan is kept: it has a vector

@@ -43,5 +43,8 @@ bool SparcmlIsDense(int64_t nnz, int64_t rows, int64_t width);
 size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width);
 
 SchemeInfo SparcmlInfo();
+// Its cost function (registry.h), defined at the end of sparcml.cc; BuiltinSchemes
+// attaches it to the entry.
+CostVolumes SparcmlCost(const CostInputs& in);
 
 }  // namespace zen

@@ -26,7 +26,8 @@ class SparsePs final : public Scheme {
   std::string_view description() const override { return kDescription; }
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override {
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions&) override {
     const int n = comm.size(), me = comm.rank();
     const int64_t rows = local.rows(), width = local.width();
     const size_t w = static_cast<size_t>(width);

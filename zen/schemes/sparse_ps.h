@@ -25,5 +25,8 @@
 namespace zen {
 
 SchemeInfo SparsePsInfo();
+// Its cost function (registry.h), defined at the end of sparse_ps.cc; BuiltinSchemes
+// attaches it to the entry.
+CostVolumes SparsePsCost(const CostInputs& in);
 
 }  // namespace zen

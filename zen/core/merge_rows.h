@@ -1,4 +1,4 @@
-// zen/schemes/zen_merge.h — the n-way sorted merge ZEN's servers aggregate
+// zen/core/merge_rows.h — the n-way sorted merge ZEN's servers (and agsparse) aggregate
 // with.
 //
 // Each part is a list of rows with strictly ascending keys (domain
@@ -9,8 +9,10 @@
 //
 // Usage:
 //   std::vector<zen::RowsView> parts = {{keys_a, values_a}, {keys_b, values_b}};
-//   std::vector<int64_t> keys; std::vector<float> values; zen::MergeScratch scratch;
-//   zen::MergeSumRows(parts, width, keys, values, scratch);
+//   zen::MergeScratch scratch;
+//   std::vector<int64_t> keys(zen::MergedCount(parts, scratch));
+//   std::vector<float> values(keys.size() * width);
+//   zen::MergeSumRowsInto(parts, width, keys.data(), values.data(), scratch);
 #pragma once
 
 #include <algorithm>
@@ -66,11 +68,5 @@ size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch);
 // that count.
 size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t* out_ids,
                         float* out_values, MergeScratch& scratch);
-
-// out_ids / out_values are replaced.
-void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
-                  std::vector<float>& out_values, MergeScratch& scratch);
-void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
-                  std::vector<float>& out_values);
 
 }  // namespace zen

@@ -2,7 +2,7 @@
 // both input paths, the per-call stats, balance against range
 // partitioning, and the receive volume against Eq. 1, agsparse and the
 // must-receive lower bound.
-#include "zen/schemes/zen.h"
+#include "zen/schemes/zen/zen.h"
 
 #include <gtest/gtest.h>
 
@@ -22,6 +22,7 @@
 #include <random>
 #include <string>
 
+#include "zen/schemes/zen/decoded_rows.h"
 #include "zen/testing/ranks.h"
 #include "zen/core/half.h"
 #include "zen/core/reduce.h"
@@ -471,11 +472,10 @@ TEST(Zen, HalfWidthValuesOnTheWire) {
         const auto me = static_cast<size_t>(comm.rank());
         ZenScheme wide;
         wide.Sync(comm, inputs[me]);
-        SchemeOptions o;
-        o.wire_values = v;
-        ZenScheme narrow(o);
+        ZenScheme narrow;
+        const SyncOptions options{v, {}};
         SparseTensor sum;
-        for (int call = 0; call < 2; ++call) sum = narrow.Sync(comm, inputs[me]);
+        for (int call = 0; call < 2; ++call) sum = narrow.Sync(comm, inputs[me], options);
         std::lock_guard lock(mu);
         full[me] = wide.last_stats();
         half[me] = narrow.last_stats();
@@ -607,7 +607,7 @@ TEST(Zen, WidenRejectsAMessageOfTheWrongSize) {
       FormatError);
 }
 
-// set_sum_order: each element is the float32 sum in the given order
+// SyncOptions::sum_order: each element is the float32 sum in the given order
 // (start rank, then down the ranks cyclically), bit for bit; the order is
 // per call (the next call sums in rank order again).
 // Width 1 is also run at a size where the ownership permutes blocks of ids
@@ -660,14 +660,13 @@ TEST(Zen, DenseSumsFollowTheGivenOrder) {
     testing::RunRanks(Backend::kInProc, n, [&](Communicator& comm) {
       ZenScheme scheme;
       std::vector<float> buf = inputs[static_cast<size_t>(comm.rank())];
-      scheme.set_sum_order(order);
-      scheme.SyncDense(comm, buf, rows, width, "ordered");
+      scheme.SyncDense(comm, buf, rows, width, "ordered", {WireValues::kFloat32, order});
       for (size_t i = 0; i < buf.size(); ++i) {
         ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_ordered[i]))
             << "element " << i << " rank " << comm.rank();
       }
       buf = inputs[static_cast<size_t>(comm.rank())];
-      scheme.SyncDense(comm, buf, rows, width, "plain");  // the order was cleared
+      scheme.SyncDense(comm, buf, rows, width, "plain");  // no order: ranks ascending
       for (size_t i = 0; i < buf.size(); ++i) {
         ASSERT_EQ(std::bit_cast<uint32_t>(buf[i]), std::bit_cast<uint32_t>(want_plain[i]))
             << "element " << i << " rank " << comm.rank();
@@ -817,7 +816,7 @@ TEST_F(ZenZipfWorkload, HashBalancesWhereRangePartitioningDoesNot) {
 // Width 1 permutes blocks of ids (ElementBlockBits: 64 ids per block here,
 // 2048 blocks per server), and Zipf ids put the hottest ids side by side, in
 // the first blocks: the worst case for blocks. Each server's load stays
-// within 1.25x the mean (measured 2026-12-05: push in 1.117, pull out 1.108).
+// within 1.25x the mean.
 TEST(ZenZipfElements, BlocksOfHotIdsKeepTheServersBalanced) {
   SyntheticSpec spec;
   spec.rows = int64_t{1} << 20;

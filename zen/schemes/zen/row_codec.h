@@ -1,4 +1,4 @@
-// zen/core/hash_bitmap.h — ZEN's hash-bitmap row index (paper section 3.3)
+// zen/schemes/zen/row_codec.h — ZEN's hash-bitmap row index (paper section 3.3)
 // and the wire format of the rows ZEN sends.
 //
 // HashDomains: for an owner with arithmetic domains (RowOwner::Permuted,
@@ -67,6 +67,7 @@
 
 #include "zen/core/error.h"
 #include "zen/core/partition.h"
+#include "zen/core/wire_values.h"
 
 namespace zen {
 
@@ -287,9 +288,8 @@ RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t do
 // shrinks by 2 x count x width bytes, the header's format field says so);
 // the receiver widens it back to float32 before ParseRows. Sums stay
 // float32; only what crosses the wire is rounded (bfloat16: round to
-// nearest even; float16: IEEE conversion, overflow to infinity).
-enum class WireValues : uint8_t { kFloat32 = 0, kBfloat16 = 1, kFloat16 = 2 };
-const char* WireValuesName(WireValues v);  // "float32", "bfloat16", "float16"
+// nearest even; float16: IEEE conversion, overflow to infinity). WireValues:
+// zen/core/wire_values.h.
 // The message of `msg` starting at byte `at` (to msg's end), encoded by
 // EncodeRows/LayoutRows: its values narrowed; msg is resized. No-op for
 // kFloat32.
@@ -315,15 +315,5 @@ void WidenRowsSequence(std::vector<std::byte>& bytes, size_t end, int64_t domain
 // kFloat32.
 void WidenRowsValues(std::vector<std::byte>& msg, int64_t domain_size, int64_t width,
                      WireValues v, int server, const Where& where);
-
-struct DecodedRows {
-  RowEncoding encoding = RowEncoding::kCoo;
-  std::vector<int64_t> positions;  // ascending, in [0, domain_size)
-  std::vector<float> values;       // positions.size() x width
-};
-
-// ParseRows, then a copy into out (tests, fuzzing; the scheme uses the view).
-void DecodeRows(std::span<const std::byte> message, int64_t domain_size, int server,
-                int64_t width, const Where& where, DecodedRows& out);
 
 }  // namespace zen

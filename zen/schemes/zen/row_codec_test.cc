@@ -1,4 +1,4 @@
-#include "zen/core/hash_bitmap.h"
+#include "zen/schemes/zen/row_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "zen/schemes/zen/decoded_rows.h"
 #include "zen/core/half.h"
 
 namespace zen {

@@ -1,13 +1,11 @@
-#include "zen/schemes/zen_merge.h"
+#include "zen/core/merge_rows.h"
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 
 #include "zen/core/partition.h"
 
 namespace zen {
-
 
 size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch) {
   size_t count = 0;
@@ -37,23 +35,6 @@ size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t*
     }
   });
   return out;
-}
-
-void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
-                  std::vector<float>& out_values, MergeScratch& scratch) {
-  size_t total = 0;
-  for (const RowsView& p : parts) total += p.ids.size();
-  out_ids.resize(total);
-  out_values.resize(total * static_cast<size_t>(width));
-  const size_t count = MergeSumRowsInto(parts, width, out_ids.data(), out_values.data(), scratch);
-  out_ids.resize(count);
-  out_values.resize(count * static_cast<size_t>(width));
-}
-
-void MergeSumRows(std::span<const RowsView> parts, int64_t width, std::vector<int64_t>& out_ids,
-                  std::vector<float>& out_values) {
-  MergeScratch scratch;
-  MergeSumRows(parts, width, out_ids, out_values, scratch);
 }
 
 }  // namespace zen

@@ -1,4 +1,4 @@
-// zen/schemes/zen.h — `zen`: ZEN's Balanced Parallelism with hierarchical
+// zen/schemes/zen/zen.h — `zen`: ZEN's Balanced Parallelism with hierarchical
 // hashing and the hash bitmap (Wang et al., OSDI 2025, sections 3.1-3.3).
 //
 // Every rank is a worker and a server. A keyed bijection pi of [0, rows)
@@ -63,11 +63,11 @@
 
 #include "zen/comm/collectives.h"
 #include "zen/core/function_ref.h"
-#include "zen/core/hash_bitmap.h"
+#include "zen/core/merge_rows.h"
 #include "zen/core/partition.h"
 #include "zen/core/radix_sort.h"
 #include "zen/schemes/registry.h"
-#include "zen/schemes/zen_merge.h"
+#include "zen/schemes/zen/row_codec.h"
 
 namespace zen {
 
@@ -127,10 +127,12 @@ class ZenScheme final : public Scheme {
   std::string_view description() const override;
   Support supports(const SparsityProfile& profile) const override;
 
-  // Row ownership (when not ZEN's hash) and wire values (when not float32):
-  // a rank that owns rows by ranges, or reads values at another width,
-  // would read every peer's positions or values as something else.
+  // Row ownership (when not ZEN's hash): a rank that owns rows by ranges
+  // would read every peer's positions as something else.
   std::string shared_settings() const override;
+  // Half-width wire values and, on dense calls, a sum order
+  // (kZenCapabilities).
+  SyncCapabilities capabilities() const override;
 
   const ZenStats& last_stats() const { return stats_; }
   const ZenConfig& config() const { return config_; }
@@ -147,28 +149,19 @@ class ZenScheme final : public Scheme {
   static constexpr int64_t kMinBlocksPerServer = 2048;
   static int ElementBlockBits(int64_t rows, int servers);
 
-  // The order in which the next dense call adds the ranks' values, per
-  // element of the [rows x width] buffer: `order` lists (first element,
-  // start rank) steps, ascending by first element, the first at 0; from
-  // its first element on, an element is summed starting at `start` and
-  // going down the ranks cyclically (start, start - 1, ..., start + 1),
-  // each rank's value added to the sum so far. This is Gloo's ring
-  // allreduce order (the element of chunk c starts at rank c - 1), so a
-  // caller that knows where its buffer lies in a ring-reduced bucket gets
-  // the ring's float32 sums bit for bit (zen.torch does, for plain DDP's).
-  // Empty (the default): ranks in ascending order. Cleared by the call.
-  void set_sum_order(std::vector<std::pair<int64_t, int>> order) { sum_order_ = std::move(order); }
 
  protected:
-  SparseTensor DoSync(Communicator& comm, const SparseTensor& local) override;
+  SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
+                      const SyncOptions& options) override;
+  // A sum order (SyncOptions::sum_order) is taken here: each server adds
+  // its elements' contributions in that order.
   void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                   std::string_view tensor) override;
+                   std::string_view tensor, const SyncOptions& options) override;
   // Writes the union straight into `out`: no sort, no result tensor.
   void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                  float divisor) override;
+                  float divisor, const SyncOptions& options) override;
 
  private:
-  friend struct ZenSchemeTestAccess;  // zen_alloc_test.cc: DoSyncDense without the metadata round
   // Persistent buffers, reused across calls (capacity kept).
   struct Workspace {
     Partitions mine;
@@ -235,6 +228,31 @@ class ZenScheme final : public Scheme {
   // reads every message with ForEachChecked.
   void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
                 OnPulled on_pulled, PositionCheck pulled_positions = PositionCheck::kNow);
+  // The call's two rounds: their tags, posted before either starts, and
+  // whether this rank has sent its part (a failure then tells the peers
+  // only in the rounds not sent yet).
+  struct Rounds {
+    Tag push_tag = 0;
+    Tag pull_tag = 0;
+    bool windows = false;  // wide rows: the pull is an AllToAllV of windows
+    bool push_sent = false;
+    bool pull_sent = false;
+  };
+  // Both rounds' receives posted (exchange.cc).
+  Rounds PostRounds(Communicator& comm, const HashDomains& domains, int64_t width);
+  // Phase 2 (push.cc): ws_.mine encoded per server and sent; each peer's
+  // push read into ws_.pushed.
+  void Push(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
+            Rounds& rounds);
+  // Phase 3 (aggregate.cc): this server's sum of ws_.parts laid out in
+  // ws_.pull_send; returns its row count.
+  int64_t Aggregate(const HashDomains& domains, int server, int64_t width);
+  // Phase 4 (pull.cc): this server's pull sent, every server's read and
+  // handed to on_pulled (this server's own last, ReadOwnPull).
+  void Pull(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
+            OnPulled on_pulled, PositionCheck pulled_positions, int64_t served, Rounds& rounds);
+  void ReadOwnPull(const HashDomains& domains, int server, int64_t width, const Where& where,
+                   PositionCheck pulled_positions);
   // A peer's push or pull message, validated and viewed in place: an empty
   // one (the peer failed) raises, half-width values are widened, then parsed.
   RowsMessage ReadPeerMessage(ByteBuffer& message, const char* round, int peer,
@@ -278,6 +296,19 @@ class ZenScheme final : public Scheme {
   // Lays the pull out grouped where GroupsPay (ws_.group_starts non-empty;
   // the groups' indexes written too), else plain.
   int64_t AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total, int server);
+  // ws_.words: one word per incoming row of ws_.parts (its position above
+  // its index in ws_.agg_rows, whose part in ws_.agg_parts), sorted by
+  // position (stable).
+  void SortIncomingRows(int64_t domain_size, int64_t width, size_t total);
+  // After SortIncomingRows: the served positions and each one's class
+  // (ws_.served_class, ws_.class_rows), ws_.left_out_rows; returns the
+  // served row count.
+  size_t ClassifyServed(size_t total, int server);
+  // A grouped pull's messages laid out in ws_.pull_send (padding zeroed,
+  // ws_.group_starts, ws_.class_layouts, ws_.class_positions); `twice`:
+  // room for the windows' second copy written with the first. Returns where
+  // the first copy ends.
+  size_t LayoutGroupedPull(int64_t domain_size, int64_t width, bool twice);
   // After ws_.words (position above 32 bits of payload) is sorted: its
   // distinct positions into ws_.served_positions, the pull message laid
   // out for them; returns where the sums' values go.
@@ -287,12 +318,18 @@ class ZenScheme final : public Scheme {
   // Width 1, domain <= 2^32, no sum order: this server's part in
   // ws_.parts[server], the peers' compact pushes in ws_.pushed.
   int64_t AggregateElements(int64_t domain_size, int server);
+  // AggregateElements over `ranges` ranges of kElementRange positions, each
+  // summed in an accumulator on the stack: ws_.served_positions and
+  // ws_.served_sums. FormatError when a part's positions do not ascend.
+  static constexpr int kElementRangeBits = 11;
+  static constexpr uint64_t kElementRange = uint64_t{1} << kElementRangeBits;
+  void AggregateElementRanges(uint64_t ranges, int server);
   // Whether pushes to a server of domain_size are compact (the smallest of
   // COO32, Elias-Fano and the bitmap, per message) rather than COO: width 1
   // without a sum order, i.e. exactly when that server aggregates with
   // AggregateElements (which reads any index); the same on every rank.
   bool CompactPush(int64_t width, int64_t domain_size) const {
-    return width == 1 && sum_order_.empty() && domain_size <= kMaxCoo32Domain;
+    return width == 1 && call_.sum_order.empty() && domain_size <= kMaxCoo32Domain;
   }
   int64_t AggregateInSumOrder(const HashDomains& domains, int server, int64_t width);
   // The sparse entries' common start: stats reset, and for n > 1 this
@@ -326,6 +363,14 @@ class ZenScheme final : public Scheme {
   // a row this rank pushed among another rank's sole rows (a malformed
   // pull: each output would keep one copy) is a FormatError, prefixed by
   // `where`.
+  // Sync's result (result.cc), after the last pull: element path with
+  // blocks (`filled` words in runs), element path (ws_.result_sort), rows
+  // (ws_.result_words when `packed`, else ws_.order; ws_.rows).
+  void ElementResultFromRuns(size_t filled, int block_bits, int64_t rows,
+                             std::vector<int64_t>& ids, std::vector<float>& values);
+  void ElementResult(std::vector<int64_t>& ids, std::vector<float>& values);
+  void RowsResult(bool packed, int64_t rows, int64_t width, std::vector<int64_t>& ids,
+                  std::vector<float>& values);
   template <typename Fn>
   size_t ForEachPulledRow(const HashDomains& domains, int server, const Where& where, Fn&& fn,
                           bool own_sole_rows = true);
@@ -338,13 +383,22 @@ class ZenScheme final : public Scheme {
   std::map<std::pair<int, uint64_t>, uint64_t> seeds_;  // (world, local seed) -> agreed
   Workspace ws_;
   ZenStats stats_;
-  std::vector<std::pair<int64_t, int>> sum_order_;
+  // The options of the call in progress, set by each DoSync* on entry (the
+  // sum order's steps are the caller's, read during that call only).
+  SyncOptions call_;
   std::vector<const float*> contrib_;  // per rank, the row of the key being summed
 };
 
 // The stats of the last call if s is a ZenScheme, else nullptr.
 const ZenStats* ZenLastStats(const Scheme& s);
 
+// What zen takes per call: its registry entry's and its objects' one
+// declaration.
+inline constexpr SyncCapabilities kZenCapabilities{.narrow_values = true, .sum_order = true};
+
 SchemeInfo ZenInfo();
+// Its cost function (registry.h), defined in cost.cc; BuiltinSchemes attaches
+// it to the entry.
+CostVolumes ZenCost(const CostInputs& in);
 
 }  // namespace zen

@@ -1,4 +1,4 @@
-#include "zen/core/hash_bitmap.h"
+#include "zen/schemes/zen/row_codec.h"
 
 #include <algorithm>
 #include <bit>
@@ -261,6 +261,80 @@ RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, Encodin
   return l;
 }
 
+namespace {
+
+// The Elias-Fano index of `positions` (sizes `ef`) at `index`; check(i, p)
+// validates each position.
+template <typename Check>
+void WriteEliasFanoIndex(std::span<const int64_t> positions, const EfSizes& ef, std::byte* index,
+                         Check&& check) {
+  const size_t low_words = ef.low_words, high_words = ef.high_words;
+  const unsigned l = static_cast<unsigned>(ef.l);
+  const uint64_t mask = l == 0 ? 0 : ~uint64_t{0} >> (64 - l);
+  std::byte* high = index + low_words * sizeof(uint64_t);
+  // Both runs are written word by word from registers: the low bits
+  // append at i L, the high bits ascend (h + i grows with i).
+  size_t lw = 0, fill = 0;  // low: the word being filled, its used bits
+  uint64_t low_word = 0;
+  size_t hw = 0;
+  uint64_t high_word = 0;
+  auto store = [](std::byte* at, size_t word, uint64_t value) {
+    std::memcpy(at + word * sizeof(uint64_t), &value, sizeof(value));
+  };
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const int64_t p = positions[i];
+    check(i, p);
+    if (l != 0) {
+      const uint64_t lo = static_cast<uint64_t>(p) & mask;
+      low_word |= lo << fill;
+      fill += l;
+      if (fill >= 64) {
+        store(index, lw++, low_word);
+        fill -= 64;
+        low_word = fill == 0 ? 0 : lo >> (l - fill);
+      }
+    }
+    const size_t bit = static_cast<size_t>(static_cast<uint64_t>(p) >> l) + i;
+    for (; hw < bit / 64; ++hw) {
+      store(high, hw, high_word);
+      high_word = 0;
+    }
+    high_word |= uint64_t{1} << (bit % 64);
+  }
+  if (fill != 0) store(index, lw++, low_word);
+  for (; lw < low_words; ++lw) store(index, lw, 0);
+  for (; hw < high_words; ++hw) {
+    store(high, hw, high_word);
+    high_word = 0;
+  }
+}
+
+// The hash bitmap of `positions` over `domain_size` at `index`; check(i, p)
+// validates each position.
+template <typename Check>
+void WriteBitmapIndex(std::span<const int64_t> positions, int64_t domain_size, std::byte* index,
+                      Check&& check) {
+  const size_t words = BitmapWords(domain_size);
+  // Positions ascend: build each word in a register, store it once.
+  size_t wi = 0;
+  uint64_t word = 0;
+  auto flush_to = [&](size_t upto) {
+    for (; wi < upto; ++wi) {
+      std::memcpy(index + wi * sizeof(uint64_t), &word, sizeof(word));
+      word = 0;
+    }
+  };
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const int64_t p = positions[i];
+    check(i, p);
+    flush_to(static_cast<size_t>(p >> 6));
+    word |= uint64_t{1} << (p & 63);
+  }
+  flush_to(words);
+}
+
+}  // namespace
+
 void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
                     const RowsLayout& layout, std::span<std::byte> msg) {
   const int64_t count = static_cast<int64_t>(positions.size());
@@ -305,64 +379,10 @@ void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t>
       throw InvalidArgument(Where{}, "encode rows: the layout is not Elias-Fano's for ", count,
                             " rows over ", domain_size, " positions");
     }
-    const size_t low_words = ef.low_words, high_words = ef.high_words;
-    const unsigned l = static_cast<unsigned>(ef.l);
-    const uint64_t mask = l == 0 ? 0 : ~uint64_t{0} >> (64 - l);
-    std::byte* high = index + low_words * sizeof(uint64_t);
-    // Both runs are written word by word from registers: the low bits
-    // append at i L, the high bits ascend (h + i grows with i).
-    size_t lw = 0, fill = 0;  // low: the word being filled, its used bits
-    uint64_t low_word = 0;
-    size_t hw = 0;
-    uint64_t high_word = 0;
-    auto store = [](std::byte* at, size_t word, uint64_t value) {
-      std::memcpy(at + word * sizeof(uint64_t), &value, sizeof(value));
-    };
-    for (size_t i = 0; i < positions.size(); ++i) {
-      const int64_t p = positions[i];
-      check(i, p);
-      if (l != 0) {
-        const uint64_t lo = static_cast<uint64_t>(p) & mask;
-        low_word |= lo << fill;
-        fill += l;
-        if (fill >= 64) {
-          store(index, lw++, low_word);
-          fill -= 64;
-          low_word = fill == 0 ? 0 : lo >> (l - fill);
-        }
-      }
-      const size_t bit = static_cast<size_t>(static_cast<uint64_t>(p) >> l) + i;
-      for (; hw < bit / 64; ++hw) {
-        store(high, hw, high_word);
-        high_word = 0;
-      }
-      high_word |= uint64_t{1} << (bit % 64);
-    }
-    if (fill != 0) store(index, lw++, low_word);
-    for (; lw < low_words; ++lw) store(index, lw, 0);
-    for (; hw < high_words; ++hw) {
-      store(high, hw, high_word);
-      high_word = 0;
-    }
+    WriteEliasFanoIndex(positions, ef, index, check);
   } else {
     h.domain_size = domain_size;
-    const size_t words = BitmapWords(domain_size);
-    // Positions ascend: build each word in a register, store it once.
-    size_t wi = 0;
-    uint64_t word = 0;
-    auto flush_to = [&](size_t upto) {
-      for (; wi < upto; ++wi) {
-        std::memcpy(index + wi * sizeof(uint64_t), &word, sizeof(word));
-        word = 0;
-      }
-    };
-    for (size_t i = 0; i < positions.size(); ++i) {
-      const int64_t p = positions[i];
-      check(i, p);
-      flush_to(static_cast<size_t>(p >> 6));
-      word |= uint64_t{1} << (p & 63);
-    }
-    flush_to(words);
+    WriteBitmapIndex(positions, domain_size, index, check);
   }
   std::memcpy(msg.data(), &h, sizeof(h));
 }
@@ -412,14 +432,6 @@ bool ValuesOffset(const Header& h, int64_t domain_size, size_t& out) {
 }
 
 }  // namespace
-
-const char* WireValuesName(WireValues v) {
-  switch (v) {
-    case WireValues::kBfloat16: return "bfloat16";
-    case WireValues::kFloat16: return "float16";
-    default: return "float32";
-  }
-}
 
 size_t NarrowRowsValuesIn(std::span<std::byte> msg, WireValues v) {
   if (v == WireValues::kFloat32) return msg.size();
@@ -584,8 +596,12 @@ void RowsMessage::ThrowBadPosition(int64_t domain_size, int server, const Where&
                     ": a position failed its check, then passed it");  // unreachable
 }
 
-RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
-                      int64_t width, const Where& where, PositionCheck positions) {
+namespace {
+
+// A message's header, checked against the reader's width and domain (not
+// its encoding's fields: ViewIndex).
+Header ReadHeader(std::span<const std::byte> message, int64_t domain_size, int server,
+                  int64_t width, const Where& where) {
   if (message.size() < kRowHeaderBytes) {
     throw FormatError(where, "row message from server ", server, " has ", message.size(),
                       " bytes, less than its ", kRowHeaderBytes, "-byte header");
@@ -612,13 +628,18 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
     throw FormatError(where, "row message from server ", server, ": count ", h.count,
                       " is outside [0, ", domain_size, "] (the server's domain size)");
   }
-  RowsMessage m;
+  return h;
+}
+
+// The message viewed per its encoding (index, values, Elias-Fano's runs in
+// `ef`); `expect` the size it must have, false when that overflows.
+bool ViewIndex(std::span<const std::byte> message, const Header& h, int64_t domain_size,
+               int server, int64_t width, const Where& where, RowsMessage& m, EfSizes& ef,
+               size_t& expect) {
   m.count = h.count;
   m.width = width;
   m.index = message.data() + kRowHeaderBytes;
-  size_t expect = 0;
   bool fits = false;
-  EfSizes ef;  // Elias-Fano's runs
   if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo)) {
     if (h.domain_size != 0) {
       throw FormatError(where, "row message from server ", server, ": COO with domain size ",
@@ -665,14 +686,14 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
     throw FormatError(where, "row message from server ", server, ": unknown encoding ",
                       int{h.encoding});
   }
-  if (!fits || message.size() != expect) {
-    throw FormatError(where, "row message from server ", server, ": ", message.size(),
-                      " bytes, expected ", fits ? std::to_string(expect) : std::string("an overflowing size"),
-                      " for ", h.count, " rows of width ", width);
-  }
-  const bool check_positions = positions == PositionCheck::kNow;
-  // The positions are checked last (after the padding and the bit runs):
-  // the first error is the same whether ParseRows or the reader checks them.
+  return fits;
+}
+
+// The index's padding and bit runs checked, then its positions where
+// `check_positions` (last: the first error is the same whether ParseRows or
+// the reader checks them).
+void CheckIndex(const RowsMessage& m, const Header& h, const EfSizes& ef, int64_t domain_size,
+                int server, const Where& where, bool check_positions) {
   if (m.encoding == RowEncoding::kCoo || m.encoding == RowEncoding::kCoo32) {
     if (m.encoding == RowEncoding::kCoo32) {
       const std::byte* pad = m.index + static_cast<size_t>(h.count) * sizeof(uint32_t);
@@ -711,6 +732,23 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
                         ": bitmap has bits set past the domain's ", domain_size, " positions");
     }
   }
+}
+
+}  // namespace
+
+RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
+                      int64_t width, const Where& where, PositionCheck positions) {
+  const Header h = ReadHeader(message, domain_size, server, width, where);
+  RowsMessage m;
+  EfSizes ef;  // Elias-Fano's runs
+  size_t expect = 0;
+  const bool fits = ViewIndex(message, h, domain_size, server, width, where, m, ef, expect);
+  if (!fits || message.size() != expect) {
+    throw FormatError(where, "row message from server ", server, ": ", message.size(),
+                      " bytes, expected ", fits ? std::to_string(expect) : std::string("an overflowing size"),
+                      " for ", h.count, " rows of width ", width);
+  }
+  CheckIndex(m, h, ef, domain_size, server, where, positions == PositionCheck::kNow);
   return m;
 }
 
@@ -745,18 +783,6 @@ RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t do
   }
   at = end;
   return m;
-}
-
-void DecodeRows(std::span<const std::byte> message, int64_t domain_size, int server,
-                int64_t width, const Where& where, DecodedRows& out) {
-  const RowsMessage m = ParseRows(message, domain_size, server, width, where);
-  out.encoding = m.encoding;
-  out.positions.resize(static_cast<size_t>(m.count));
-  m.ForEach([&](size_t i, int64_t p) { out.positions[i] = p; });
-  out.values.resize(static_cast<size_t>(m.count) * static_cast<size_t>(width));
-  if (!out.values.empty()) {
-    std::memcpy(out.values.data(), m.values, out.values.size() * sizeof(float));
-  }
 }
 
 }  // namespace zen
