@@ -715,7 +715,7 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
 # roundUp(ceil(total / numSegments), 4) bytes; chunk c (segments
 # [c nspr, (c + 1) nspr), nspr = numSegments / world) travels the ring from
 # rank c - 1 down to rank c, each adding its value to the sum so far. zen
-# adds in that order when told (ZenScheme::set_sum_order), so a dense bucket
+# adds in that order when told (SyncOptions::sum_order), so a dense bucket
 # summed by zen is plain DDP's bucket bit for bit.
 _GLOO_MAX_SEGMENT_BYTES = 1024 * 1024
 

@@ -349,7 +349,7 @@ def _order_hash(order):
 
 
 def _ef_low_bits(count, domain):
-    """Elias-Fano's low bits per position (zen/core/hash_bitmap.cc's)."""
+    """Elias-Fano's low bits per position (zen/schemes/zen/row_codec.cc's)."""
     if count <= 0 or domain < count:
         return 0
     return (domain // count).bit_length() - 1
@@ -368,7 +368,7 @@ def _index_bytes(encoding, count, domain):
 
 def _choose(count, domain, compact=True):
     """The index encoding of `count` positions of a domain of `domain`, as
-    zen's kAuto chooses (hash_bitmap.h): the fewest bytes of COO32 (COO
+    zen's kAuto chooses (zen/schemes/zen/row_codec.h): the fewest bytes of COO32 (COO
     above 2^32 positions), the bitmap and Elias-Fano (ties: COO, then the
     bitmap); without `compact`, COO (the C++ scheme's push of wide rows)."""
     if not compact:

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "zen/core/error.h"
+#include "zen/core/hash.h"
 
 namespace zen {
 namespace {
@@ -56,8 +57,7 @@ std::string EscapeKey(const std::string& key) {
   }
   if (out.empty() || out[0] == '.') out = "k" + out;
   if (out.size() > 180) {  // file names are at most 255 bytes
-    uint64_t h = 1469598103934665603ULL;
-    for (const unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
+    const uint64_t h = Fnv1a(key);
     char tail[24];
     std::snprintf(tail, sizeof(tail), "#%016llx", static_cast<unsigned long long>(h));
     out = out.substr(0, 150) + tail;
