@@ -107,14 +107,17 @@ def test_transport_table_and_unknown_transports(tmp_path):
     assert all(isinstance(c, zen.Communicator) for c in comms), comms
 
 
+# Each rank writes its own file: mpirun forwards the ranks' stdout in chunks
+# that can interleave within a line.
 MPI_WORKER = """
+import pathlib, sys
 import zen
 c = zen.connect_url("mpi://", transport="mpi", timeout=20)
-print("connected", c.rank, c.size, flush=True)
+pathlib.Path(sys.argv[1], f"rank{c.rank}").write_text(f"connected {c.rank} {c.size}")
 """
 
 
-def test_mpi_transport_under_mpirun():
+def test_mpi_transport_under_mpirun(tmp_path):
     """connect_url(..., transport="mpi") reaches MPI_COMM_WORLD from Python
     (builds with MPI), with rank and size from mpirun."""
     import shutil
@@ -127,10 +130,10 @@ def test_mpi_transport_under_mpirun():
     cmd = ["mpirun", "-np", "2", "--oversubscribe"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    out = subprocess.run(cmd + [sys.executable, "-c", MPI_WORKER], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(cmd + [sys.executable, "-c", MPI_WORKER, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = sorted(l for l in out.stdout.splitlines() if l.startswith("connected"))
+    lines = sorted(p.read_text() for p in tmp_path.glob("rank*"))
     assert lines == ["connected 0 2", "connected 1 2"], out.stdout + out.stderr
 
 

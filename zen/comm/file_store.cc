@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "zen/comm/timeout.h"
 #include "zen/core/error.h"
 #include "zen/core/hash.h"
 
@@ -19,10 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
-
-Millis Since(Clock::time_point start) {
-  return std::chrono::duration_cast<Millis>(Clock::now() - start);
-}
 
 // Creates dir and its missing parents with mode 0700.
 void MakeDirs(const std::string& dir) {

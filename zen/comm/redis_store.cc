@@ -8,6 +8,7 @@
 #endif
 
 #include "zen/comm/store.h"
+#include "zen/comm/timeout.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -17,20 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
-
-Millis Since(Clock::time_point start) {
-  return std::chrono::duration_cast<Millis>(Clock::now() - start);
-}
-
-std::string Describe(std::exception_ptr ex) {
-  try {
-    std::rethrow_exception(ex);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
 
 timeval ToTimeval(Millis m) {
   timeval tv{};
@@ -94,7 +81,7 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore, public KeyC
     } catch (const Error&) {
       throw;
     } catch (...) {
-      Fail(op, key, Describe(std::current_exception()));
+      Fail(op, key, DescribeException(std::current_exception()));
     }
   }
 
@@ -125,7 +112,7 @@ std::shared_ptr<gloo::rendezvous::Store> OpenRedisStore(const std::string& host,
         return std::make_shared<BoundedRedisStore>(host, port,
                                                    std::max(Millis(1), timeout - Since(start)));
       } catch (...) {
-        last = Describe(std::current_exception());
+        last = DescribeException(std::current_exception());
       }
     }
     if (Since(start) >= timeout) break;

@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "zen/comm/timeout.h"
 #include "zen/core/error.h"
 
 namespace zen {
@@ -13,20 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
-
-Millis Since(Clock::time_point start) {
-  return std::chrono::duration_cast<Millis>(Clock::now() - start);
-}
-
-std::string Describe(std::exception_ptr ex) {
-  try {
-    std::rethrow_exception(ex);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
 
 std::vector<char> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
 
@@ -109,7 +96,7 @@ RunRendezvous JoinRun(gloo::rendezvous::Store& store, const std::string& prefix,
   auto abort_key = [&](int64_t g) { return base_of(g) + "/abort"; };
   auto store_error = [&](const char* what, const std::string& key) {
     return TransportError(Where{self}, "rendezvous: ", what, " key '", key,
-                          "' failed: ", Describe(std::current_exception()));
+                          "' failed: ", DescribeException(std::current_exception()));
   };
   const std::string where =
       (rendezvous.empty() ? std::string("through the store passed to connect")

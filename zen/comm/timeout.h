@@ -24,4 +24,11 @@ std::chrono::milliseconds TimeoutFromSeconds(double seconds, int rank = -1);
 // InvalidArgument unless 0 < timeout <= kMaxTimeout. `what` names the caller.
 void CheckTimeout(std::chrono::milliseconds timeout, const char* what, int rank = -1);
 
+// Milliseconds elapsed on the steady clock since `start` (what every wait
+// compares with its timeout, and every timeout message reports).
+inline std::chrono::milliseconds Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               start);
+}
+
 }  // namespace zen

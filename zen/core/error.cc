@@ -14,3 +14,17 @@ std::string Prefix(const Where& where) {
 }
 
 }  // namespace zen::detail
+
+namespace zen {
+
+std::string DescribeException(std::exception_ptr ex) {
+  try {
+    std::rethrow_exception(ex);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace zen

@@ -16,6 +16,7 @@
 // [0, 8000)".
 #pragma once
 
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -76,5 +77,10 @@ class TransportError : public Error {
   TransportError(const Where& where, const Parts&... parts)
       : Error(detail::Prefix(where) + detail::Concat(parts...)) {}
 };
+
+// The message of the exception `ex` holds (what()), or "unknown exception"
+// for one that is not a std::exception: for errors that carry the reason of
+// an earlier failure (a store request, a peer's abort) on to the user.
+std::string DescribeException(std::exception_ptr ex);
 
 }  // namespace zen
