@@ -99,9 +99,11 @@ class PyHandle {
       // The arrays take the sum's storage: the result is not copied again.
       SparseTensor& s = *batch_->outputs[i];
       const auto nnz = static_cast<py::ssize_t>(s.nnz());
-      out.append(py::make_tuple(
-          ToArray(std::move(s).TakeIds(), {nnz}),
-          ToArray(std::move(s).TakeValues(), {nnz, static_cast<py::ssize_t>(batch_->out_width[i])})));
+      const auto width = static_cast<py::ssize_t>(batch_->out_width[i]);
+      py::object values = WithValueType(s.dtype(), [&]<typename T>() -> py::object {
+        return ToArray(std::move(s).TakeValues<T>(), {nnz, width});
+      });
+      out.append(py::make_tuple(ToArray(std::move(s).TakeIds(), {nnz}), values));
     }
     batch_->results = out;
     return out;
@@ -125,19 +127,22 @@ int64_t ToInt64(const py::handle& obj, const char* what, std::string& error) {
   }
 }
 
-// A writable C-contiguous float32 numpy array as a span, kept alive by the
-// batch; otherwise an empty span and the first problem in `error`.
-std::span<float> WritableFloats(PyBatch& b, const py::object& obj, const std::string& what,
-                                std::string& error) {
+// A writable C-contiguous float32 or float64 numpy array as a buffer of its
+// dtype (read and written in place, no converting copy), kept alive by the
+// batch; otherwise an empty buffer and the first problem in `error`.
+DenseValues WritableValues(PyBatch& b, const py::object& obj, const std::string& what,
+                           std::string& error) {
   if (!py::isinstance<py::array>(obj)) {
     if (error.empty()) error = what + " must be a numpy array, got " + TypeName(obj);
     return {};
   }
   auto a = py::reinterpret_borrow<py::array>(obj);
-  if (!a.dtype().is(py::dtype::of<float>())) {
+  const bool f32 = a.dtype().is(py::dtype::of<float>());
+  const bool f64 = a.dtype().is(py::dtype::of<double>());
+  if (!f32 && !f64) {
     if (error.empty()) {
       error = what + " has dtype " + py::str(a.dtype()).cast<std::string>() +
-              ", zen syncs float32 only";
+              ", zen syncs float32 and float64";
     }
     return {};
   }
@@ -146,7 +151,18 @@ std::span<float> WritableFloats(PyBatch& b, const py::object& obj, const std::st
     return {};
   }
   b.keep.push_back(obj);
-  return std::span<float>(static_cast<float*>(a.mutable_data()), static_cast<size_t>(a.size()));
+  const auto size = static_cast<size_t>(a.size());
+  if (f64) return std::span<double>(static_cast<double*>(a.mutable_data()), size);
+  return std::span<float>(static_cast<float*>(a.mutable_data()), size);
+}
+
+// The values of a sparse item, read in place: a float32 or float64 numpy
+// array (C-contiguous, or made so), kept alive by the batch.
+template <typename T>
+std::span<const T> ValuesOf(PyBatch& b, const py::object& obj) {
+  const auto c = py::array_t<T, py::array::c_style>::ensure(obj);
+  b.keep.push_back(c);
+  return std::span(c.data(), static_cast<size_t>(c.size()));
 }
 
 // Adds one item of the Python list to the batch (never throws for a bad
@@ -188,11 +204,11 @@ void AddItem(PyBatch& b, const py::handle& item) {
     if (d.contains("rank_order")) t.rank_order = py::bool_(d["rank_order"]);
     if (d.contains("out")) {  // sparse items only (checked by the caller)
       t.into = true;
-      t.sparse_into = WritableFloats(b, d["out"], "out", error);
+      t.sparse_into = WritableValues(b, d["out"], "out", error);
     }
     if (d.contains("divisor")) {
       try {
-        t.divisor = d["divisor"].cast<float>();
+        t.divisor = d["divisor"].cast<double>();
       } catch (const py::cast_error&) {
         if (error.empty()) error = "divisor must be a number, got " + TypeName(d["divisor"]);
       }
@@ -216,7 +232,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
     t.kind = BatchTensor::Kind::kDense;
     t.rows = ToInt64(tuple[py::int_(3)], "rows", error);
     t.width = ToInt64(tuple[py::int_(4)], "width", error);
-    t.dense = WritableFloats(b, tuple[py::int_(2)], "dense buffer", error);
+    t.dense = WritableValues(b, tuple[py::int_(2)], "dense buffer", error);
   } else if (kind == "sparse" && (n == 6 || n == 7)) {
     options(6);
     t.kind = BatchTensor::Kind::kSparse;
@@ -227,7 +243,9 @@ void AddItem(PyBatch& b, const py::handle& item) {
     // done); only ids of another integer type or arrays that are not
     // C-contiguous are converted first.
     std::span<const int64_t> ids;
+    DType dtype = DType::kFloat32;
     std::span<const float> values;
+    std::span<const double> values64;
     if (!py::isinstance<py::array>(ids_obj) ||
         (py::reinterpret_borrow<py::array>(ids_obj).dtype().kind() != 'i')) {
       if (error.empty()) error = "ids must be a numpy array of signed integers";
@@ -237,19 +255,24 @@ void AddItem(PyBatch& b, const py::handle& item) {
       b.keep.push_back(c);
       ids = std::span(c.data(), static_cast<size_t>(c.size()));
     }
-    if (!py::isinstance<py::array>(values_obj) ||
-        !py::reinterpret_borrow<py::array>(values_obj).dtype().is(py::dtype::of<float>())) {
-      if (error.empty()) error = "values must be a numpy float32 array";
-    } else {
-      const auto c = py::array_t<float, py::array::c_style>::ensure(values_obj);
-      b.keep.push_back(c);
-      values = std::span(c.data(), static_cast<size_t>(c.size()));
+    const auto values_array = py::isinstance<py::array>(values_obj)
+                                  ? py::reinterpret_borrow<py::array>(values_obj)
+                                  : py::array();
+    if (values_array && values_array.dtype().is(py::dtype::of<float>())) {
+      values = ValuesOf<float>(b, values_obj);
+    } else if (values_array && values_array.dtype().is(py::dtype::of<double>())) {
+      dtype = DType::kFloat64;
+      values64 = ValuesOf<double>(b, values_obj);
+    } else if (error.empty()) {
+      error = "values must be a numpy float32 or float64 array";
     }
     auto input = std::make_unique<SparseTensor>();
     if (error.empty()) {
       py::gil_scoped_release release;
       try {
-        *input = SparseTensor::ViewOrCoo(t.rows, t.width, ids, values, t.name);
+        *input = dtype == DType::kFloat64
+                     ? SparseTensor::ViewOrCoo<double>(t.rows, t.width, ids, values64, t.name)
+                     : SparseTensor::ViewOrCoo(t.rows, t.width, ids, values, t.name);
       } catch (const InvalidArgument& e) {
         error = e.what();
       } catch (const std::bad_alloc&) {

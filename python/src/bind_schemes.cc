@@ -120,7 +120,9 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
   // integer type or arrays that are not C-contiguous are converted first.
   py::object ids_keep, values_keep;
   std::span<const int64_t> id_span;
+  DType dtype = DType::kFloat32;
   std::span<const float> value_span;
+  std::span<const double> value_span64;
   // ids: an integer array (a float array is refused, not truncated).
   if (!py::isinstance<py::array>(ids_obj)) {
     args.Fail("ids must be a numpy int64 array, got " + TypeName(ids_obj));
@@ -150,17 +152,23 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
       id_span = std::span(c.data(), static_cast<size_t>(c.size()));
     }
   }
-  // values: float32 (other dtypes are refused: zen sums float32).
+  // values: float32 or float64, each summed in its own precision (other
+  // dtypes are refused).
   if (!py::isinstance<py::array>(values_obj)) {
-    args.Fail("values must be a numpy float32 array, got " + TypeName(values_obj));
+    args.Fail("values must be a numpy float32 or float64 array, got " + TypeName(values_obj));
   } else {
     const auto values = py::reinterpret_borrow<py::array>(values_obj);
-    if (!values.dtype().is(py::dtype::of<float>())) {
-      args.Fail("values have dtype " + DtypeName(values) + ", zen syncs float32 only");
-    } else {
+    if (values.dtype().is(py::dtype::of<float>())) {
       const auto c = py::array_t<float, py::array::c_style>::ensure(values);
       values_keep = c;
       value_span = std::span(c.data(), static_cast<size_t>(c.size()));
+    } else if (values.dtype().is(py::dtype::of<double>())) {
+      const auto c = py::array_t<double, py::array::c_style>::ensure(values);
+      values_keep = c;
+      dtype = DType::kFloat64;
+      value_span64 = std::span(c.data(), static_cast<size_t>(c.size()));
+    } else {
+      args.Fail("values have dtype " + DtypeName(values) + ", zen syncs float32 and float64");
     }
   }
   SparseTensor sum;
@@ -169,7 +177,11 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
     SparseTensor local;
     if (args.error.empty()) {
       try {
-        local = SparseTensor::ViewOrCoo(args.rows, args.width, id_span, value_span, args.name);
+        local = dtype == DType::kFloat64
+                    ? SparseTensor::ViewOrCoo<double>(args.rows, args.width, id_span,
+                                                      value_span64, args.name)
+                    : SparseTensor::ViewOrCoo(args.rows, args.width, id_span, value_span,
+                                              args.name);
       } catch (const InvalidArgument& e) {
         args.Fail(e.what());
       } catch (const std::bad_alloc&) {
@@ -177,27 +189,28 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
       }
     }
     if (!args.error.empty()) {
-      scheme.Reject(comm, args.rows, args.width, args.name, args.error);
+      scheme.Reject(comm, args.rows, args.width, args.name, args.error, dtype);
     }
     sum = scheme.Sync(comm, local);
   }
   const auto nnz = static_cast<py::ssize_t>(sum.nnz());
   // TakeIds moves only the ids out, so the values are still there to take.
   std::vector<int64_t> out_ids = std::move(sum).TakeIds();
-  std::vector<float> out_values = std::move(sum).TakeValues();
-  return py::make_tuple(ToArray(std::move(out_ids), {nnz}),
-                        ToArray(std::move(out_values), {nnz, static_cast<py::ssize_t>(args.width)}));
+  py::object out_values = WithValueType(sum.dtype(), [&]<typename T>() -> py::object {
+    return ToArray(std::move(sum).TakeValues<T>(), {nnz, static_cast<py::ssize_t>(args.width)});
+  });
+  return py::make_tuple(ToArray(std::move(out_ids), {nnz}), out_values);
 }
 
 // What is wrong with buffer as the in-place target of a [rows x width] sync,
 // or empty.
 std::string CheckDenseBuffer(const py::handle& obj, int64_t rows, int64_t width) {
   if (!py::isinstance<py::array>(obj)) {
-    return "dense buffer must be a numpy float32 array, got " + TypeName(obj);
+    return "dense buffer must be a numpy float32 or float64 array, got " + TypeName(obj);
   }
   const auto buffer = py::reinterpret_borrow<py::array>(obj);
-  if (!buffer.dtype().is(py::dtype::of<float>())) {
-    return "dense buffer has dtype " + DtypeName(buffer) + ", zen syncs float32 only";
+  if (!buffer.dtype().is(py::dtype::of<float>()) && !buffer.dtype().is(py::dtype::of<double>())) {
+    return "dense buffer has dtype " + DtypeName(buffer) + ", zen syncs float32 and float64";
   }
   if (!buffer.writeable()) return "dense buffer is read-only";
   if (!(buffer.flags() & py::array::c_style)) return "dense buffer is not C-contiguous";
@@ -214,15 +227,21 @@ void SyncDense(Scheme& scheme, Communicator& comm, const py::object& buffer_obj,
                const py::object& name_obj) {
   CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
   if (args.error.empty()) args.Fail(CheckDenseBuffer(buffer_obj, args.rows, args.width));
-  std::span<float> data;
+  DenseValues data;
   if (args.error.empty()) {
     auto buffer = py::reinterpret_borrow<py::array>(buffer_obj);
-    data = std::span<float>(static_cast<float*>(buffer.mutable_data()),
-                            static_cast<size_t>(buffer.size()));
+    const auto size = static_cast<size_t>(buffer.size());
+    if (buffer.dtype().is(py::dtype::of<double>())) {
+      data = std::span<double>(static_cast<double*>(buffer.mutable_data()), size);
+    } else {
+      data = std::span<float>(static_cast<float*>(buffer.mutable_data()), size);
+    }
   }
   py::gil_scoped_release release;
-  if (!args.error.empty()) scheme.Reject(comm, args.rows, args.width, args.name, args.error);
-  scheme.SyncDense(comm, data, args.rows, args.width, args.name);
+  if (!args.error.empty()) {
+    scheme.Reject(comm, args.rows, args.width, args.name, args.error, data.dtype);
+  }
+  scheme.SyncDenseValues(comm, data, args.rows, args.width, args.name, {});
 }
 
 // The scheme `auto` last chose for a tensor, or None (another scheme, or no

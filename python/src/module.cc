@@ -8,6 +8,11 @@
 PYBIND11_MODULE(_zen, m) {
   m.doc() = "zen: sparsity-driven gradient synchronization (C++ core). Use zen.torch.";
   m.attr("__version__") = ZEN_VERSION_STRING;
+  // numpy's C API is loaded here, while importing holds the GIL alone:
+  // pybind11 loads it lazily behind a static guard, and two threads making
+  // their first numpy call at once (ranks on threads) deadlock, one waiting
+  // on the guard with the GIL held, the other inside the guard for the GIL.
+  (void)pybind11::dtype::of<float>();
   zen::python::BindErrors(m);
   zen::python::BindComm(m);
   zen::python::BindSchemes(m);

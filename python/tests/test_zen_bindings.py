@@ -97,14 +97,59 @@ def test_bad_input_raises_on_every_rank():
 
 
 def test_dense_buffer_checks():
+    # A dtype zen does not sum (int32) on one rank: ValueError on every rank,
+    # that rank naming the dtypes zen sums.
     def fn(comm):
         s = zen.create_scheme("agsparse")
-        buf = np.zeros((4, 2), np.float64 if comm.rank else np.float32)
+        buf = np.zeros((4, 2), np.int32 if comm.rank else np.float32)
         s.sync_dense(comm, buf, 4, 2, "buf")
 
     errors = on_threads(2, fn, "dtype")
     assert all(isinstance(e, ValueError) for e in errors), errors
     assert "float32" in str(errors[1])
+
+    # float64 on one rank, float32 on the other (each summed alone): the
+    # ranks disagree on the dtype, MismatchError on every rank naming both.
+    def mixed(comm):
+        s = zen.create_scheme("agsparse")
+        buf = np.zeros((4, 2), np.float64 if comm.rank else np.float32)
+        s.sync_dense(comm, buf, 4, 2, "buf")
+
+    errors = on_threads(2, mixed, "dtype2")
+    assert all(isinstance(e, zen.MismatchError) for e in errors), errors
+    assert all("float32" in str(e) and "float64" in str(e) for e in errors), errors
+
+
+@pytest.mark.parametrize("scheme", [s for s, _ in zen.schemes()])
+def test_float64_is_summed_in_float64(scheme):
+    # float64 arrays are read in place and summed in float64 (1e10 + 1 -
+    # 1e10 is 1; 0 in float32) by the schemes that declare float64; the
+    # others refuse them with ValueError on every rank naming float64.
+    world, rows, width = 3, 10, 2
+    given = [np.array([[1e10, 1e300]]), np.array([[1.0, 1e-300]]), np.array([[-1e10, 0.0]])]
+    ids = [np.array([4]), np.array([4]), np.array([4])]
+    want = np.zeros((rows, width))
+    for r in range(world):
+        want[4] = want[4] + given[r][0]  # the float64 reference, in rank order
+
+    def fn(comm):
+        s = zen.create_scheme(scheme)
+        out_ids, out_vals = s.sync(comm, rows, width, ids[comm.rank], given[comm.rank], "t")
+        buf = np.zeros((rows, width))
+        buf[4] = given[comm.rank][0]
+        s.sync_dense(comm, buf, rows, width, "d")
+        return out_ids, out_vals, buf
+
+    results = on_threads(world, fn, f"f64-{scheme}")
+    if scheme == "zen":
+        assert all(isinstance(e, ValueError) and "float64" in str(e) for e in results), results
+        return
+    for got in results:
+        assert not isinstance(got, Exception), repr(got)
+        out_ids, out_vals, buf = got
+        assert out_vals.dtype == np.float64 and out_ids.tolist() == [4]
+        assert out_vals.tolist() == [want[4].tolist()] and want[4].tolist() == [1.0, 1e300]
+        assert np.array_equal(buf, want)
 
 
 def test_rendezvous_timeout_is_transport_error():

@@ -484,8 +484,36 @@ def scenario_mismatch(rank, world):
 
 def scenario_dtypes(rank, world):
     """float16, bfloat16 and float64 through allreduce_ (dense and sparse),
-    summed in float32 and converted back, against torch.distributed's sum."""
+    against torch.distributed's sum: float16 and bfloat16 summed in float32
+    and converted back, float64 summed in float64. Returns the float64 max
+    relative errors against a float64 reference (random values float32
+    cannot hold; dense, sparse COO rows and element-sparse)."""
     state = zen.torch.ZenState()
+    errors = {}
+
+    def given(r, shape):  # rank r's values, the same on every rank
+        g = torch.Generator().manual_seed(1000 + r)
+        return torch.randn(shape, generator=g, dtype=torch.float64) * 1e3 + 1.0 / 3
+
+    def rel(got, ref):
+        return ((got - ref).abs().max() / ref.abs().max()).item()
+
+    ref = sum(given(r, (64, 8)) for r in range(world))
+    t = given(rank, (64, 8))
+    zen.torch.allreduce_(t, state=state, name="f64 dense")
+    errors["dense"] = rel(t, ref)
+    for label, width in (("sparse", 8), ("element", 1)):
+        rows = torch.arange(0, 200, 3 + rank)  # each rank its own rows, overlapping
+        shape = (200, width) if width > 1 else (200,)
+        refd = torch.zeros(shape, dtype=torch.float64)
+        for r in range(world):
+            rr = torch.arange(0, 200, 3 + r)
+            refd[rr] += given(r, (len(rr), width) if width > 1 else (len(rr),))
+        vals = given(rank, (len(rows), width) if width > 1 else (len(rows),))
+        sp = torch.sparse_coo_tensor(rows.unsqueeze(0), vals, shape)
+        out = zen.torch.allreduce_(sp, state=state, name=f"f64 {label}")
+        assert out.dtype == torch.float64
+        errors[label] = rel(out.to_dense(), refd)
     total = world * (world + 1) / 2
     for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.float32):
         t = torch.full((5, 3), float(rank + 1), dtype=dtype)
@@ -506,7 +534,7 @@ def scenario_dtypes(rank, world):
         dense = sp.to_dense().to(torch.float64)
         assert dense[1].tolist() == [float(world)] * 2 and dense[4].tolist() == [float(world)] * 2
     assert total > 0
-    return {}
+    return {"float64 errors": errors}
 
 
 # --- values at half width on the wire (issue 15) ------------------------------
@@ -679,9 +707,12 @@ def scenario_raw_args(rank, world):
 def scenario_wrong_sums(rank, world):
     """Inputs that zen once summed into a wrong result without an error:
     each must raise ValueError on every rank (the bad input on one rank
-    only), and the next call must be exact."""
+    only), and the next call must be exact. float64 values float32 cannot
+    hold are summed in float64 now: messages["exact"] holds, per case, the
+    sum and its float64 reference."""
     state = zen.torch.ZenState(scheme="zen")
     messages = {}
+    exact = messages["exact"] = {}
     bad_rank = world - 1
 
     def sparse(indices, shape, values=None):
@@ -710,21 +741,38 @@ def scenario_wrong_sums(rank, world):
         good = sparse([[0], [1]], (3, 4))
         zen.torch.allreduce_(good, state=state, name="w3")
         assert good.to_dense()[0, 1].item() == world and good._nnz() == 1, good
-    # W2: float64 values that float32 cannot hold: past its range (would be
-    # inf) and below its smallest subnormal (would be 0), dense and sparse.
+    # W2: float64 values that float32 cannot hold: past its range (inf in
+    # float32) and below its smallest subnormal (0 in float32), and
+    # 1e10 + 1 - 1e10 (0 in float32), dense and sparse: summed in float64
+    # (scheme auto: zen sums float32 only; the state's scheme "zen" refuses
+    # them on every rank, naming the schemes that sum float64).
+    cancel = [1e10, 1.0, -1e10] if world >= 3 else [1e10, 1.0 - 1e10]
     for label, values in {"1e300": [1e300, 1e-300], "1e40": [1e40, 1.0],
-                          "1e-300": [1.0, 1e-300], "FLT_MAX": [3.4e38, 1.0]}.items():
+                          "1e-300": [1.0, 1e-300], "FLT_MAX": [3.4e38, 1.0],
+                          "1e10 + 1 - 1e10": None}.items():
+        def given(r):
+            if values is None:
+                return [cancel[r] if r < len(cancel) else 0.0, 2.0]
+            return values if r == bad_rank else [1.0, 2.0]
+        ref = [0.0, 0.0]
+        for r in range(world):  # the float64 reference, in rank order
+            ref = [a + b for a, b in zip(ref, given(r))]
         for layout in ("dense", "sparse"):
-            v = values if rank == bad_rank else [1.0, 2.0]
+            v = given(rank)
             if layout == "dense":
                 t = torch.tensor(v, dtype=torch.float64)
             else:
                 t = sparse([[0, 3]], (5,), torch.tensor(v, dtype=torch.float64))
-            messages[f"{label} {layout}"] = expect(
-                ValueError, lambda: zen.torch.allreduce_(t, state=state, name="w2"),
-                "float64" if rank == bad_rank else "rejected its input")
+            if label == "1e300" and layout == "dense":
+                messages["float64 on zen"] = expect(
+                    ValueError, lambda: zen.torch.allreduce_(t.clone(), state=state, name="w2z"),
+                    "float64")
+            out = zen.torch.allreduce_(t, state=state, name="w2", scheme="auto")
+            got = out.tolist() if layout == "dense" else [out.to_dense()[0].item(),
+                                                          out.to_dense()[3].item()]
+            exact[f"{label} {layout}"] = {"got": got, "ref": ref, "dtype": str(out.dtype)}
             t = torch.tensor([1.0, 2.0], dtype=torch.float64)
-            zen.torch.allreduce_(t, state=state, name="w2")
+            zen.torch.allreduce_(t, state=state, name="w2", scheme="auto")
             assert t.tolist() == [world * 1.0, world * 2.0], t
     # Empty tensors are accepted, as by all_reduce; empty on one rank only
     # is a mismatch on every rank.
@@ -743,18 +791,28 @@ def scenario_wrong_sums(rank, world):
                                  torch.full((1, 3), float(rank + 1)), (3,))
     out = zen.torch.allreduce_(s0, state=state, name="s0")
     assert out.to_dense().tolist() == [world * (world + 1) / 2] * 3, out
-    # W2 in DDP: an fp64 model with gradients near 1e40 must raise on every
-    # rank (not train on inf and NaN entries).
+    # W2 in DDP: an fp64 model with gradients near 1e40 (inf in float32):
+    # with scheme "zen" (float32 only) it raises on every rank, naming
+    # float64; with the default scheme its gradients are plain DDP's bit
+    # for bit (summed in float64, not trained on inf and NaN entries).
     torch.manual_seed(0)
     model = nn.Linear(4, 3).double()
     ddp = nn.parallel.DistributedDataParallel(model)
     zen.torch.register(ddp, scheme="zen")
     x = torch.full((2, 4), 1e40 if rank == bad_rank else 1.0, dtype=torch.float64)
-    messages["ddp fp64"] = expect(Exception, lambda: ddp(x).sum().backward(),
-                                  "float64" if rank == bad_rank else "rejected its input")
+    messages["ddp fp64"] = expect(Exception, lambda: ddp(x).sum().backward(), "float64")
     # The class name reaches backward (not "Unable to cast ... to Tensor").
     assert "ValueError: rank" in messages["ddp fp64"], messages["ddp fp64"]
     assert "Unable to cast" not in messages["ddp fp64"], messages["ddp fp64"]
+    grads = {}
+    for hooked in (True, False):
+        torch.manual_seed(0)
+        net = nn.parallel.DistributedDataParallel(nn.Linear(4, 3).double())
+        if hooked:
+            zen.torch.register(net)
+        net(x).sum().backward()
+        grads[hooked] = [p.grad.tolist() for p in net.parameters()]
+    exact["ddp fp64 1e40"] = {"got": grads[True], "ref": grads[False], "dtype": "torch.float64"}
     return messages
 
 
@@ -916,6 +974,34 @@ def scenario_pg_transport(rank, world):
     return out
 
 
+def scenario_fp64_ddp(rank, world):
+    """float64 DDP with the hook on transport zen (scheme auto; dense
+    buckets kept on zen, dense_threshold=None): 5 steps bit for bit plain
+    DDP (dense buckets summed in float64 in Gloo's ring order on >= 3 ranks,
+    sparse ones in rank order). The largest parameter difference per
+    configuration (0.0 when bit for bit), and which schemes ran."""
+    out = {}
+    for sparse in (False, True):
+        torch.manual_seed(0)
+        ref_model = Net(sparse).double()
+        ref = nn.parallel.DistributedDataParallel(ref_model, bucket_cap_mb=0.01)
+        torch.manual_seed(0)
+        model = Net(sparse).double()
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+        state = zen.torch.register(ddp, dense_threshold=None)
+        for m, d in ((ref_model, ref), (model, ddp)):
+            run_steps(d, torch.optim.SGD(m.parameters(), lr=0.5), rank, 5)
+        diff = {n: (p - q).abs().max().item()
+                for (n, p), (_, q) in zip(model.named_parameters(), ref_model.named_parameters())}
+        unequal = [n for (n, p), (_, q) in zip(model.named_parameters(),
+                                               ref_model.named_parameters())
+                   if not torch.equal(p, q)]
+        assert state.comm.bytes_sent > 0
+        out[f"sparse={sparse}"] = {"unequal": unequal, "max_diff": max(diff.values()),
+                                   "dtype": str(model.proj.weight.dtype)}
+    return out
+
+
 def scenario_record_fail(rank, world):
     """ZenState(record=...) on a disk that fills up (rank 0's file size
     limit set just above the trace after step 0): the rewrite at step 1
@@ -966,7 +1052,8 @@ SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_a
              "values": scenario_values, "ddp_flags": scenario_ddp_flags,
              "subgroups": scenario_subgroups, "compiled": scenario_compiled,
              "wrong_sums": scenario_wrong_sums, "decisions": scenario_decisions,
-             "pg_transport": scenario_pg_transport, "record_fail": scenario_record_fail}
+             "pg_transport": scenario_pg_transport, "record_fail": scenario_record_fail,
+             "fp64_ddp": scenario_fp64_ddp}
 
 
 def main():

@@ -473,8 +473,10 @@ _WIRE_VALUES = ("fp32", "bf16", "fp16")
 _PG_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-# Dtypes zen accepts: synchronized as float32 (summed in float32), converted
-# back afterwards.
+# Dtypes zen accepts: float32 and float64 are summed in their own precision
+# (float64 values with ZenState(values="fp32"); a half-width wire rounds them
+# through float32), float16 and bfloat16 in float32, converted back
+# afterwards.
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -487,43 +489,6 @@ def _local_error(tensor):
     if tensor.dtype not in _DTYPES:
         return (f"tensor has dtype {tensor.dtype}; zen synchronizes float32, float16, bfloat16 "
                 "and float64")
-    return None
-
-
-_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-
-
-def _float64_error(values, world, divisor=None, indices=None, shape=None):
-    """Why float64 `values` cannot be summed in float32 without becoming a
-    different number than a float64 sum, or None. zen's communicator sums
-    in float32 (the process-group transport sums float64 in float64), so a
-    float64 value past float32's range would silently become inf (and its
-    sum with a negative one NaN) and a non-zero value below float32's
-    smallest subnormal 0. Refused instead, on every rank (the caller turns
-    the message into a 'reject' item): every value whose magnitude, divided
-    by `divisor` (the hook's 1/world scaling), exceeds float32's largest
-    finite value / world (so that no partial sum of the world's values can
-    overflow either), and every non-zero that float32 rounds to 0. For a
-    COO tensor (`indices`, `shape`: its sparse part) the magnitudes of
-    repeated indices are added first. inf and NaN pass: they stay what
-    they are, as in a float64 all_reduce."""
-    magnitude = values.detach().abs()
-    if indices is not None and magnitude.numel():
-        magnitude = magnitude.reshape(indices.shape[1], -1)
-        magnitude = torch.sparse_coo_tensor(indices, magnitude, shape, **_UNCHECKED).coalesce()._values()
-    bound = _FLOAT32_MAX / world * (divisor or 1.0)
-    over = torch.isfinite(magnitude) & (magnitude > bound)
-    if bool(over.any()):
-        v = float(magnitude[over].max())
-        return (f"float64 value of magnitude {v:.6g} does not fit zen's float32 sum on {world} "
-                f"ranks (at most {bound:.6g}; it would become inf): use "
-                "ZenState(transport='process_group'), which sums float64 in float64")
-    vanishing = (values != 0) & (values.detach().to(torch.float32) == 0)
-    if bool(vanishing.any()):
-        v = float(values.detach()[vanishing].abs().max())
-        return (f"float64 value {v:.6g} is below float32's smallest subnormal and would become "
-                "0 in zen's float32 sum: use ZenState(transport='process_group'), which sums "
-                "float64 in float64")
     return None
 
 
@@ -568,19 +533,27 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def _float32(tensor):
-    """A contiguous float32 tensor with tensor's values: tensor itself when it
-    already is one (then results land in place), else a copy."""
-    if tensor.dtype == torch.float32 and tensor.is_contiguous():
+def _native(tensor, wire="fp32"):
+    """The dtype zen sums `tensor` in: float64 for float64 values sent as
+    they are (`wire` "fp32", ZenState.values), else float32."""
+    return torch.float64 if tensor.dtype == torch.float64 and wire == "fp32" else torch.float32
+
+
+def _summed(tensor, wire="fp32"):
+    """A contiguous tensor of the dtype zen sums `tensor` in (_native) with
+    tensor's values: tensor itself when it already is one (then results land
+    in place, no converting copy), else a copy."""
+    dtype = _native(tensor, wire)
+    if tensor.dtype == dtype and tensor.is_contiguous():
         return tensor
-    return tensor.detach().to(torch.float32).contiguous()
+    return tensor.detach().to(dtype).contiguous()
 
 
 def _sparse_item(tensor, name, options, divisor=None, world=1):
     """('sparse', ...) for a COO tensor, or ('reject', ...) saying why not,
     and the function that turns the handle's result into a COO tensor.
-    divisor: the values (float32, still with their duplicates) are divided
-    by it first, as DDP's reducer divides a sparse gradient before Gloo. Any
+    divisor: the values (float32, or float64 for float64 sent as they are;
+    still with their duplicates) are divided by it first, as DDP's reducer divides a sparse gradient before Gloo. Any
     failure here becomes a 'reject' item, so that it travels through the
     batch's metadata round and every rank raises instead of pairing with
     this rank's next call."""
@@ -591,12 +564,10 @@ def _sparse_item(tensor, name, options, divisor=None, world=1):
         rows = math.prod(shape[:sparse_dim])
         width = math.prod(shape[sparse_dim:])
         error = _local_error(tensor) or _index_error(tensor)
-        if not error and tensor.dtype == torch.float64:
-            error = _float64_error(tensor._values(), world, divisor, tensor._indices(),
-                                   shape[:sparse_dim] + (width,))
         if not error:
             indices = tensor._indices()
-            values = tensor._values().detach().to(torch.float32).reshape(indices.shape[1], width)
+            dtype = _native(tensor, (options or {}).get("values", "fp32"))
+            values = tensor._values().detach().to(dtype).reshape(indices.shape[1], width)
             if divisor is not None:
                 indices, values = _ddp_divided(indices, values, divisor,
                                                shape[:sparse_dim] + (width,))
@@ -658,8 +629,9 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     do not make raises zen.MismatchError on every rank, on that call and
     every later one of the state's communicator, rather than pairing with
     the peers' next call. CPU tensors of float32, float16, bfloat16 or
-    float64; other dtypes are summed in float32 and converted back (the
-    division of average=True happens in float32, before the conversion).
+    float64; float64 is summed in float64, other dtypes in float32 and
+    converted back (the division of average=True happens in the summed
+    dtype, before the conversion).
     Bad input raises ValueError on every rank. A tensor with no elements
     (a 0 in its shape) is accepted, as by torch.distributed.all_reduce: it
     still takes part in the call's agreement (as a 1 x 1 placeholder named
@@ -695,12 +667,10 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
         error = f"tensor layout {tensor.layout} is not supported (strided or sparse_coo)"
     else:
         error = _local_error(tensor)
-        if not error and tensor.dtype == torch.float64:
-            error = _float64_error(tensor, state.world_size)
     if error:
         ctx.start(name, [("reject", name, rows, width, error)]).wait()
     with torch.no_grad():
-        work = _float32(tensor)
+        work = _summed(tensor, state.values)
         ctx.start(name, [("dense", name, work.view(-1).numpy(), rows, width, options)]).wait()
         if average:
             work.div_(state.world_size)
@@ -722,11 +692,12 @@ _GLOO_MAX_SEGMENT_BYTES = 1024 * 1024
 
 def _ddp_order(state, buffer):
     """Whether a dense bucket's zen items are summed in Gloo's ring order:
-    float32 values on a float32 bucket, 3 or more ranks (on 2 the order
-    does not matter), and a scheme that can (zen, or auto, which then
-    means zen)."""
-    return (state.ddp_order and state.values == "fp32" and buffer.dtype == torch.float32
-            and state.world_size >= 3 and state.scheme_id in ("auto", "zen"))
+    float32 or float64 values on a bucket of that dtype, 3 or more ranks (on
+    2 the order does not matter), and a scheme that can (float32: zen;
+    float64: dense; or auto, which then means that one)."""
+    can = {torch.float32: ("auto", "zen"), torch.float64: ("auto", "dense")}
+    return (state.ddp_order and state.values == "fp32" and buffer.dtype in can
+            and state.world_size >= 3 and state.scheme_id in can[buffer.dtype])
 
 
 def _ddp_rank_order(state):
@@ -815,7 +786,8 @@ def _bucket_items(state, bucket, work, fuse=True):
 
     def options(pieces):  # the item's options: its sum order, the state's wire values
         return _item_options(state, {"sum_order": _ring_sum_order(pieces, flat.numel(),
-                                                                  state.world_size)}
+                                                                  state.world_size,
+                                                                  buffer.element_size())}
                              if ring else None)
 
     items = [_with(("dense", name, array[o:o + rows * width], rows, width),
@@ -935,8 +907,8 @@ def comm_hook(state, bucket):
     summed in place (zero rows and elements are not sent); a bucket whose
     first global sum is dense (ZenState.dense_threshold) uses the process
     group's allreduce from then on. A sparse COO bucket is replaced by the
-    coalesced average. float16/bfloat16/float64 buckets are scaled and
-    summed in float32, then converted back. ZenState(values="bf16"/"fp16")
+    coalesced average. float64 buckets are scaled and summed in float64;
+    float16/bfloat16 ones in float32, then converted back. ZenState(values="bf16"/"fp16")
     sends the values at half width.
     """
     state = _state(state)
@@ -1024,14 +996,12 @@ def comm_hook(state, bucket):
         return future.then(_unwrap)
 
     error = _local_error(buffer)
-    if not error and buffer.dtype == torch.float64:
-        error = _float64_error(buffer, world, divisor=world)
     if error:
         state.context.start(f"bucket{index}", [("reject", f"bucket{index}", buffer.numel(), 1,
                                                 error)], on_done=lambda h: _fail_from(h, fail))
         return future.then(_unwrap)
     with torch.no_grad():
-        work = _float32(buffer)
+        work = _summed(buffer, state.values)
         items, copy_back = _bucket_items(state, bucket, work, fuse=not recording)
         n_sync = len(items)
         layout = None

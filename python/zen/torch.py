@@ -27,7 +27,8 @@ Rendezvous goes through the job's torch.distributed store (no extra port).
 The first use of a ZenState connects it; every rank must create and first use
 its ZenStates in the same order (as with any collective). The GIL is released
 while data moves. CPU tensors of float32, float16, bfloat16 and float64 are
-synchronized (the last three summed in float32 and converted back);
+synchronized (float32 and float64 each summed in its own precision, float16
+and bfloat16 summed in float32 and converted back);
 ``ZenState(values="bf16")`` sends values at half width.
 
 Errors: ValueError for bad input, zen.MismatchError when ranks disagree (e.g.

@@ -22,7 +22,17 @@ constexpr char kDescription[] =
     "per tensor, the fastest scheme: the cost model shortlists (online profile), timed calls decide";
 
 std::string Key(const SparseTensor& t) {
-  return t.name() + "|" + std::to_string(t.rows()) + "x" + std::to_string(t.width());
+  return t.name() + "|" + std::to_string(t.rows()) + "x" + std::to_string(t.width()) + "|" +
+         DTypeName(t.dtype());
+}
+
+// A float64 input goes only to schemes that sum float64 in float64
+// (SyncCapabilities::float64); the profile's value_bytes says which it is.
+Support TakesValues(const SchemeInfo& info, const SparsityProfile& profile) {
+  if (profile.value_bytes == sizeof(double) && !info.capabilities.float64) {
+    return Support::No("does not sum float64 values");
+  }
+  return Support::Yes();
 }
 
 // Whether two shortlists hold the same schemes (in any order: a profile's
@@ -197,11 +207,13 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
   d.tensor = local.name();
   d.call = state.profiler.calls() - 1;
   d.profile = state.profiler.profile();
+  d.profile.sparsity.value_bytes = DTypeSize(local.dtype());
   d.forced = false;
   // A candidate is asked through the instance that would run (with this
   // auto's options), unless its entry answers without one.
   const SchemeRegistry::AskSupport ask = [this](const SchemeInfo& info,
                                                 const SparsityProfile& profile) {
+    if (const Support values = TakesValues(info, profile); !values.ok) return values;
     return info.supports ? info.supports(profile) : Chosen(info.id).supports(profile);
   };
   Selection pick = registry_.Select(d.profile, options_.network, options_.candidates, ask);
@@ -253,6 +265,7 @@ std::vector<std::string> AutoScheme::Shortlist(const AutoDecision& d) {
     if (best < 0) continue;  // faster ones refused the input
     if (p->time_s > options_.trial.within * best) break;
     const SchemeInfo* info = registry_.Find(p->scheme);
+    if (!TakesValues(*info, d.profile.sparsity).ok) continue;
     const Support yes = info->supports ? info->supports(d.profile.sparsity)
                                        : Chosen(p->scheme).supports(d.profile.sparsity);
     if (!yes.ok) continue;
@@ -350,8 +363,8 @@ SparseTensor AutoScheme::DoSync(Communicator& comm, const SparseTensor& local,
   return sum;
 }
 
-void AutoScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                            float divisor, const SyncOptions& options) {
+void AutoScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out,
+                            double divisor, const SyncOptions& options) {
   Route(comm, local, [&](Scheme& s) { DispatchInto(s, comm, local, out, divisor, options); });
 }
 
@@ -367,6 +380,11 @@ void AutoScheme::Route(Communicator& comm, const SparseTensor& local,
   TensorState& state = it->second;
   state.last_use = ++uses_;
   if (!options_.force.empty()) {
+    const SchemeInfo* forced = registry_.Find(options_.force);
+    if (local.dtype() == DType::kFloat64 && forced != nullptr && !forced->capabilities.float64) {
+      throw InvalidArgument(Where{comm.rank(), local.name()}, "auto: the forced scheme '",
+                            options_.force, "' does not sum float64 values");
+    }
     state.decision.tensor = local.name();
     state.decision.chosen = options_.force;
     state.decision.forced = true;
@@ -424,11 +442,14 @@ AutoOptions AutoOptionsFromVariables(const VariableLookup& lookup, AutoOptions b
 }
 
 SchemeInfo AutoSchemeInfo(AutoOptions defaults) {
-  return {"auto", kDescription, [defaults](const SchemeOptions& o) -> std::unique_ptr<Scheme> {
-            AutoOptions options = defaults;
-            options.scheme = o;
-            return std::make_unique<AutoScheme>(BuiltinSchemes(), std::move(options));
-          }};
+  SchemeInfo info{"auto", kDescription,
+                  [defaults](const SchemeOptions& o) -> std::unique_ptr<Scheme> {
+                    AutoOptions options = defaults;
+                    options.scheme = o;
+                    return std::make_unique<AutoScheme>(BuiltinSchemes(), std::move(options));
+                  }};
+  info.capabilities = kAutoCapabilities;
+  return info;
 }
 
 SchemeRegistry AllSchemes(AutoOptions auto_defaults) {

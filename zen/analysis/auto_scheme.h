@@ -117,6 +117,9 @@ struct AutoDecision {
   std::vector<AutoTrial> trials;              // their times, once the trials have ended
 };
 
+// auto sums float64 by choosing only among the schemes that declare it.
+inline constexpr SyncCapabilities kAutoCapabilities{.float64 = true};
+
 class AutoScheme final : public Scheme {
  public:
   // registry: the schemes to choose from (an entry without a cost function,
@@ -125,6 +128,7 @@ class AutoScheme final : public Scheme {
   AutoScheme(SchemeRegistry registry, AutoOptions options);
 
   std::string_view name() const override { return "auto"; }
+  SyncCapabilities capabilities() const override { return kAutoCapabilities; }
   // Everything that decides what auto runs and how (forced scheme,
   // candidates, rank order, the network it predicts for, the trial and
   // profiling schedules, the chosen schemes' options): ranks with other
@@ -143,8 +147,8 @@ class AutoScheme final : public Scheme {
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
                       const SyncOptions& options) override;
-  void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                  float divisor, const SyncOptions& options) override;
+  void DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out,
+                  double divisor, const SyncOptions& options) override;
 
  private:
   struct TensorState {

@@ -213,7 +213,7 @@ TEST_P(ReliabilitySchemesTest, BadDenseBuffersFailEveryRankThenWork) {
                                    me ? 0 : kRows, kWidth, "emb");
                }));
         // Width 0 everywhere: every rank rejects its own input.
-        Record(3, comm.rank(), Capture([&] { scheme->SyncDense(comm, {}, kRows, 0, "emb"); }));
+        Record(3, comm.rank(), Capture([&] { scheme->SyncDense(comm, std::span<float>{}, kRows, 0, "emb"); }));
         ExpectGoodCall(comm, *scheme);
       },
       kTimeout);

@@ -137,4 +137,22 @@ void ForEachNonZeroRow(const float* dense, int64_t width, int64_t begin, int64_t
   }
 }
 
+// The float64 forms: a double's bits without the sign are 0 only for +-0.0.
+inline uint64_t DoubleKey(double x) {
+  return std::bit_cast<uint64_t>(x) & 0x7FFFFFFFFFFFFFFFull;
+}
+inline bool RowIsNonZero(const double* row, int64_t width) {
+  uint64_t any = 0;
+  for (int64_t i = 0; i < width; ++i) any |= DoubleKey(row[i]);
+  return any != 0;
+}
+// ForEachNonZeroRow over float64 rows: row by row, one OR over the row's
+// bits (no branch per value).
+template <typename Fn>
+void ForEachNonZeroRow(const double* dense, int64_t width, int64_t begin, int64_t end, Fn&& fn) {
+  for (int64_t r = begin; r < end; ++r) {
+    if (RowIsNonZero(dense + r * width, width)) fn(r);
+  }
+}
+
 }  // namespace zen

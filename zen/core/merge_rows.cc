@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "zen/core/partition.h"
 
 namespace zen {
 
-size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch) {
+namespace {
+
+template <typename T>
+size_t MergedCountT(std::span<const RowsOf<T>> parts, MergeScratch& scratch) {
   size_t count = 0;
   int64_t last = -1;
   bool any = false;
@@ -19,22 +23,44 @@ size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch) {
   return count;
 }
 
-size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t* out_ids,
-                        float* out_values, MergeScratch& scratch) {
+template <typename T>
+size_t MergeSumRowsIntoT(std::span<const RowsOf<T>> parts, int64_t width, int64_t* out_ids,
+                         T* out_values, MergeScratch& scratch) {
   const size_t w = static_cast<size_t>(width);
   size_t out = 0;
   ForEachMerged(parts, scratch, [&](int64_t id, size_t p, size_t i) {
-    const float* src = parts[p].values.data() + i * w;
+    const T* src = parts[p].values.data() + i * w;
     if (out > 0 && out_ids[out - 1] == id) {
-      float* dst = out_values + (out - 1) * w;
+      T* dst = out_values + (out - 1) * w;
       for (size_t k = 0; k < w; ++k) dst[k] += src[k];
     } else {
       out_ids[out] = id;
-      CopyRow(out_values + out * w, src, width);
+      if constexpr (std::is_same_v<T, float>) {
+        CopyRow(out_values + out * w, src, width);
+      } else {
+        std::memcpy(out_values + out * w, src, w * sizeof(T));
+      }
       ++out;
     }
   });
   return out;
+}
+
+}  // namespace
+
+size_t MergedCount(std::span<const RowsOf<float>> parts, MergeScratch& scratch) {
+  return MergedCountT(parts, scratch);
+}
+size_t MergedCount(std::span<const RowsOf<double>> parts, MergeScratch& scratch) {
+  return MergedCountT(parts, scratch);
+}
+size_t MergeSumRowsInto(std::span<const RowsOf<float>> parts, int64_t width, int64_t* out_ids,
+                        float* out_values, MergeScratch& scratch) {
+  return MergeSumRowsIntoT(parts, width, out_ids, out_values, scratch);
+}
+size_t MergeSumRowsInto(std::span<const RowsOf<double>> parts, int64_t width, int64_t* out_ids,
+                        double* out_values, MergeScratch& scratch) {
+  return MergeSumRowsIntoT(parts, width, out_ids, out_values, scratch);
 }
 
 }  // namespace zen

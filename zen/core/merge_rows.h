@@ -23,10 +23,12 @@
 
 namespace zen {
 
-struct RowsView {
-  std::span<const int64_t> ids;   // keys, strictly ascending
-  std::span<const float> values;  // ids.size() x width
+template <typename T>
+struct RowsOf {
+  std::span<const int64_t> ids;  // keys, strictly ascending
+  std::span<const T> values;     // ids.size() x width
 };
+using RowsView = RowsOf<float>;
 
 struct MergeScratch {
   std::vector<std::pair<int64_t, size_t>> heads;
@@ -35,8 +37,9 @@ struct MergeScratch {
 
 // Calls fn(key, part, row) for every row of every part in ascending key
 // order (ties in part order).
-template <typename Fn>
-void ForEachMerged(std::span<const RowsView> parts, MergeScratch& scratch, Fn&& fn) {
+// `parts`: a span or vector of RowsOf<T>.
+template <typename Parts, typename Fn>
+void ForEachMerged(const Parts& parts, MergeScratch& scratch, Fn&& fn) {
   auto& heads = scratch.heads;
   auto& next = scratch.next;
   heads.clear();
@@ -61,12 +64,16 @@ void ForEachMerged(std::span<const RowsView> parts, MergeScratch& scratch, Fn&& 
 }
 
 // The number of distinct keys over all parts (a keys-only merge).
-size_t MergedCount(std::span<const RowsView> parts, MergeScratch& scratch);
+size_t MergedCount(std::span<const RowsOf<float>> parts, MergeScratch& scratch);
+size_t MergedCount(std::span<const RowsOf<double>> parts, MergeScratch& scratch);
 // Merges into caller memory of MergedCount entries (out_ids) and
 // MergedCount x width floats (out_values: e.g. the values region of an
 // outgoing message, so the sum is written where it is sent from); returns
 // that count.
-size_t MergeSumRowsInto(std::span<const RowsView> parts, int64_t width, int64_t* out_ids,
+// One kernel per value type (float32, float64).
+size_t MergeSumRowsInto(std::span<const RowsOf<float>> parts, int64_t width, int64_t* out_ids,
                         float* out_values, MergeScratch& scratch);
+size_t MergeSumRowsInto(std::span<const RowsOf<double>> parts, int64_t width, int64_t* out_ids,
+                        double* out_values, MergeScratch& scratch);
 
 }  // namespace zen

@@ -14,27 +14,31 @@ void CheckSameShape(const SparseTensor& a, const SparseTensor& b) {
     throw InvalidArgument(Where{-1, a.name()}, "shape [", a.rows(), ", ", a.width(),
                           "] does not match [", b.rows(), ", ", b.width(), "]");
   }
+  if (a.dtype() != b.dtype()) {
+    throw InvalidArgument(Where{-1, a.name()}, "dtype ", DTypeName(a.dtype()), " does not match ",
+                          DTypeName(b.dtype()));
+  }
 }
 
-}  // namespace
-
-void AddInto(std::span<float> dst, std::span<const float> src) {
+template <typename T>
+void AddIntoT(std::span<T> dst, std::span<const T> src) {
   if (dst.size() != src.size()) {
     throw InvalidArgument("AddInto: sizes " + std::to_string(dst.size()) + " and " +
                           std::to_string(src.size()) + " differ");
   }
-  float* d = dst.data();
-  const float* s = src.data();
+  T* d = dst.data();
+  const T* s = src.data();
   for (size_t i = 0, n = dst.size(); i < n; ++i) d[i] += s[i];
 }
 
-size_t MergeSumInto(std::span<const int64_t> ia, std::span<const float> va,
-                    std::span<const int64_t> ib, std::span<const float> vb, int64_t width,
-                    int64_t* out_ids, float* out_values) {
+template <typename T>
+size_t MergeSumIntoT(std::span<const int64_t> ia, std::span<const T> va,
+                     std::span<const int64_t> ib, std::span<const T> vb, int64_t width,
+                     int64_t* out_ids, T* out_values) {
   const size_t w = static_cast<size_t>(width);
   size_t i = 0, j = 0, k = 0;
   for (; i < ia.size() || j < ib.size(); ++k) {
-    float* dst = out_values + k * w;
+    T* dst = out_values + k * w;
     if (j == ib.size() || (i < ia.size() && ia[i] < ib[j])) {
       out_ids[k] = ia[i];
       std::copy_n(va.data() + i++ * w, w, dst);
@@ -43,24 +47,43 @@ size_t MergeSumInto(std::span<const int64_t> ia, std::span<const float> va,
       std::copy_n(vb.data() + j++ * w, w, dst);
     } else {
       out_ids[k] = ia[i];
-      const float* x = va.data() + i++ * w;
-      const float* y = vb.data() + j++ * w;
+      const T* x = va.data() + i++ * w;
+      const T* y = vb.data() + j++ * w;
       for (size_t c = 0; c < w; ++c) dst[c] = x[c] + y[c];
     }
   }
   return k;
 }
 
+}  // namespace
+
+void AddInto(std::span<float> dst, std::span<const float> src) { AddIntoT(dst, src); }
+void AddInto(std::span<double> dst, std::span<const double> src) { AddIntoT(dst, src); }
+
+size_t MergeSumInto(std::span<const int64_t> ia, std::span<const float> va,
+                    std::span<const int64_t> ib, std::span<const float> vb, int64_t width,
+                    int64_t* out_ids, float* out_values) {
+  return MergeSumIntoT(ia, va, ib, vb, width, out_ids, out_values);
+}
+size_t MergeSumInto(std::span<const int64_t> ia, std::span<const double> va,
+                    std::span<const int64_t> ib, std::span<const double> vb, int64_t width,
+                    int64_t* out_ids, double* out_values) {
+  return MergeSumIntoT(ia, va, ib, vb, width, out_ids, out_values);
+}
+
 SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b) {
   CheckSameShape(a, b);
-  const size_t w = static_cast<size_t>(a.width());
-  std::vector<int64_t> ids(a.nnz() + b.nnz());
-  std::vector<float> values(ids.size() * w);
-  const size_t n = MergeSumInto(a.ids(), a.values(), b.ids(), b.values(), a.width(), ids.data(),
-                                values.data());
-  ids.resize(n);
-  values.resize(n * w);
-  return SparseTensor::FromSorted(a.rows(), a.width(), std::move(ids), std::move(values), a.name());
+  return WithValueType(a.dtype(), [&]<typename T>() {
+    const size_t w = static_cast<size_t>(a.width());
+    std::vector<int64_t> ids(a.nnz() + b.nnz());
+    std::vector<T> values(ids.size() * w);
+    const size_t n = MergeSumInto(a.ids(), a.values<T>(), b.ids(), b.values<T>(), a.width(),
+                                  ids.data(), values.data());
+    ids.resize(n);
+    values.resize(n * w);
+    return SparseTensor::FromSorted(a.rows(), a.width(), std::move(ids), std::move(values),
+                                    a.name());
+  });
 }
 
 std::vector<int64_t> UnionIds(std::span<const SparseTensor> parts) {
@@ -79,19 +102,22 @@ SparseTensor SumAll(std::span<const SparseTensor> parts) {
   for (const auto& p : parts) CheckSameShape(parts[0], p);
   if (parts.size() == 1) return parts[0];
   if (parts.size() == 2) return MergeSum(parts[0], parts[1]);
-  const size_t w = static_cast<size_t>(parts[0].width());
-  std::vector<int64_t> ids = UnionIds(parts);
-  std::vector<float> values(ids.size() * w, 0.0f);
-  for (const auto& p : parts) {
-    auto pid = p.ids();
-    size_t u = 0;
-    for (size_t i = 0; i < pid.size(); ++i) {
-      u = static_cast<size_t>(std::lower_bound(ids.begin() + u, ids.end(), pid[i]) - ids.begin());
-      AddInto(std::span<float>(values).subspan(u * w, w), p.row(i));
+  return WithValueType(parts[0].dtype(), [&]<typename T>() {
+    const size_t w = static_cast<size_t>(parts[0].width());
+    std::vector<int64_t> ids = UnionIds(parts);
+    std::vector<T> values(ids.size() * w, T{0});
+    for (const auto& p : parts) {
+      auto pid = p.ids();
+      size_t u = 0;
+      for (size_t i = 0; i < pid.size(); ++i) {
+        u = static_cast<size_t>(std::lower_bound(ids.begin() + u, ids.end(), pid[i]) -
+                                ids.begin());
+        AddInto(std::span<T>(values).subspan(u * w, w), p.row<T>(i));
+      }
     }
-  }
-  return SparseTensor::FromSorted(parts[0].rows(), parts[0].width(), std::move(ids),
-                                  std::move(values), parts[0].name());
+    return SparseTensor::FromSorted(parts[0].rows(), parts[0].width(), std::move(ids),
+                                    std::move(values), parts[0].name());
+  });
 }
 
 }  // namespace zen

@@ -17,10 +17,13 @@
 
 namespace zen {
 
-// dst[i] += src[i]; sizes must match.
+// dst[i] += src[i]; sizes must match. One kernel per value type (float32,
+// float64: sums in the values' own precision).
 void AddInto(std::span<float> dst, std::span<const float> src);
+void AddInto(std::span<double> dst, std::span<const double> src);
 
-// a + b; the result has the union of both row sets. Shapes must match.
+// a + b; the result has the union of both row sets. Shapes and dtypes must
+// match.
 SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b);
 
 // MergeSum on caller memory: rows (a_ids, a_values) + (b_ids, b_values),
@@ -30,8 +33,11 @@ SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b);
 size_t MergeSumInto(std::span<const int64_t> a_ids, std::span<const float> a_values,
                     std::span<const int64_t> b_ids, std::span<const float> b_values,
                     int64_t width, int64_t* out_ids, float* out_values);
+size_t MergeSumInto(std::span<const int64_t> a_ids, std::span<const double> a_values,
+                    std::span<const int64_t> b_ids, std::span<const double> b_values,
+                    int64_t width, int64_t* out_ids, double* out_values);
 
-// Sum of any number of tensors of one shape (at least one).
+// Sum of any number of tensors of one shape and dtype (at least one).
 SparseTensor SumAll(std::span<const SparseTensor> parts);
 
 // Sorted union of the row ids of all parts.

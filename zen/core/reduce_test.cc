@@ -76,5 +76,21 @@ TEST(DenseReference, CompareDenseCountsRowsThatShouldBeZero) {
   EXPECT_EQ(ref.CompareDense(std::vector<float>{0, 3, 1, 0}).rows_mismatch, 1);
 }
 
+// float64 tensors are summed in float64: 1e10 + 1 - 1e10 is 1 (0 in
+// float32); shapes and dtypes must match.
+TEST(SumAll, Float64SumsInFloat64) {
+  const auto a = SparseTensor::FromSorted(10, 1, {2, 4}, std::vector<double>{1e10, 1e300});
+  const auto b = SparseTensor::FromSorted(10, 1, {2, 5}, std::vector<double>{1, 1e-300});
+  const auto c = SparseTensor::FromSorted(10, 1, {2}, std::vector<double>{-1e10});
+  const std::vector<SparseTensor> parts = {a, b, c};
+  const SparseTensor sum = SumAll(parts);
+  EXPECT_EQ(sum.dtype(), DType::kFloat64);
+  EXPECT_THAT(sum.ids(), ElementsAre(2, 4, 5));
+  EXPECT_THAT(sum.values<double>(), ElementsAre(1.0, 1e300, 1e-300));
+  const SparseTensor two = MergeSum(a, b);
+  EXPECT_THAT(two.values<double>(), ElementsAre(1e10 + 1, 1e300, 1e-300));
+  EXPECT_THROW(MergeSum(a, SparseTensor::FromSorted(10, 1, {2}, {1.0f})), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace zen

@@ -51,14 +51,24 @@ size_t DenseElements(int64_t rows, int64_t width, std::string_view name) {
   return static_cast<size_t>(rows) * static_cast<size_t>(width);
 }
 
+template <typename T>
 SparseTensor::SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids,
-                           std::vector<float> values, std::string name)
-    : rows_(rows), width_(width), ids_(std::move(ids)), values_(std::move(values)),
-      name_(std::move(name)) {}
+                           std::vector<T> values, std::string name)
+    : rows_(rows), width_(width), dtype_(DTypeOf<T>), ids_(std::move(ids)),
+      name_(std::move(name)) {
+  Store<T>() = std::move(values);
+}
 
-SparseTensor SparseTensor::Empty(int64_t rows, int64_t width, std::string name) {
+SparseTensor SparseTensor::Empty(int64_t rows, int64_t width, std::string name, DType dtype) {
   ValidateShape(rows, width, name);
-  return SparseTensor(rows, width, {}, {}, std::move(name));
+  return WithValueType(dtype, [&]<typename T>() {
+    return SparseTensor(rows, width, {}, std::vector<T>{}, std::move(name));
+  });
+}
+
+void SparseTensor::ThrowValueType(DType want) const {
+  throw InvalidArgument(Where{-1, name_}, "values of dtype ", DTypeName(dtype_), " read as ",
+                        DTypeName(want));
 }
 
 namespace {
@@ -89,17 +99,19 @@ void CheckSortedInRange(std::span<const int64_t> ids, int64_t rows, const std::s
 
 }  // namespace
 
+template <typename T>
 SparseTensor SparseTensor::FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
-                                      std::vector<float> values, std::string name) {
+                                      std::vector<T> values, std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
   CheckSortedInRange(ids, rows, name);
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
 }
 
+template <typename T>
 SparseTensor SparseTensor::FromSortedUnchecked(int64_t rows, int64_t width,
                                                std::vector<int64_t> ids,
-                                               std::vector<float> values, std::string name) {
+                                               std::vector<T> values, std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
 #if !defined(NDEBUG) || defined(ZEN_CHECK_INVARIANTS)
@@ -108,76 +120,91 @@ SparseTensor SparseTensor::FromSortedUnchecked(int64_t rows, int64_t width,
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
 }
 
+template <typename T>
 SparseTensor SparseTensor::View(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                                std::span<const float> values, std::string name) {
+                                std::span<const T> values, std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
   CheckSortedInRange(ids, rows, name);
   return Viewing(rows, width, ids, values, std::move(name));
 }
 
+template <typename T>
 SparseTensor SparseTensor::ViewOrCoo(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                                     std::span<const float> values, std::string name) {
+                                     std::span<const T> values, std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
   if (InRangeAndSorted(ids, rows, name)) return Viewing(rows, width, ids, values, std::move(name));
   return Coalesced(rows, width, ids, values, Duplicates::kSum, std::move(name));
 }
 
+template <typename T>
 SparseTensor SparseTensor::Viewing(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                                   std::span<const float> values, std::string name) {
-  SparseTensor t(rows, width, {}, {}, std::move(name));
+                                   std::span<const T> values, std::string name) {
+  SparseTensor t(rows, width, {}, std::vector<T>{}, std::move(name));
   t.view_ = true;
   t.view_ids_ = ids;
-  t.view_values_ = values;
+  t.view_values_ = std::as_bytes(values);
   return t;
 }
 
 void SparseTensor::OwnRows() {
   if (!view_) return;
   ids_.assign(view_ids_.begin(), view_ids_.end());
-  values_.assign(view_values_.begin(), view_values_.end());
+  WithValueType(dtype_, [&]<typename T>() {
+    const std::span<const T> v{reinterpret_cast<const T*>(view_values_.data()),
+                               view_values_.size() / sizeof(T)};
+    Store<T>().assign(v.begin(), v.end());
+  });
   view_ = false;
   view_ids_ = {};
   view_values_ = {};
 }
 
 bool operator==(const SparseTensor& a, const SparseTensor& b) {
-  return a.rows_ == b.rows_ && a.width_ == b.width_ && a.name_ == b.name_ &&
-         std::ranges::equal(a.ids(), b.ids()) && std::ranges::equal(a.values(), b.values());
+  if (a.rows_ != b.rows_ || a.width_ != b.width_ || a.dtype_ != b.dtype_ || a.name_ != b.name_ ||
+      !std::ranges::equal(a.ids(), b.ids())) {
+    return false;
+  }
+  return WithValueType(a.dtype_, [&]<typename T>() {
+    return std::ranges::equal(a.values<T>(), b.values<T>());
+  });
 }
 
+template <typename T>
 SparseTensor SparseTensor::FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
-                                   std::vector<float> values, Duplicates duplicates,
+                                   std::vector<T> values, Duplicates duplicates,
                                    std::string name) {
   ValidateShape(rows, width, name);
   CheckValueCount(ids.size(), width, values.size(), name);
   if (InRangeAndSorted(ids, rows, name)) {
     return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
   }
-  return Coalesced(rows, width, ids, values, duplicates, std::move(name));
+  return Coalesced(rows, width, std::span<const int64_t>(ids), std::span<const T>(values),
+                   duplicates, std::move(name));
 }
 
+template <typename T>
 SparseTensor SparseTensor::Coalesced(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                                     std::span<const float> values, Duplicates duplicates,
+                                     std::span<const T> values, Duplicates duplicates,
                                      std::string name) {
   std::vector<size_t> order(ids.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
   const size_t w = static_cast<size_t>(width);
   std::vector<int64_t> out_ids;
-  std::vector<float> out_values;
+  std::vector<T> out_values;
   out_ids.reserve(ids.size());
   out_values.reserve(values.size());
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t src = order[k];
-    const float* row = values.data() + src * w;
+    const T* row = values.data() + src * w;
     if (!out_ids.empty() && out_ids.back() == ids[src]) {
       if (duplicates == Duplicates::kReject) {
         throw InvalidArgument(Where{-1, name}, "duplicate id ", ids[src], " at positions ",
                               order[k - 1], " and ", src);
       }
-      float* dst = out_values.data() + (out_ids.size() - 1) * w;
+      T* dst = out_values.data() + (out_ids.size() - 1) * w;
       for (size_t j = 0; j < w; ++j) dst[j] += row[j];
       continue;
     }
@@ -187,7 +214,8 @@ SparseTensor SparseTensor::Coalesced(int64_t rows, int64_t width, std::span<cons
   return SparseTensor(rows, width, std::move(out_ids), std::move(out_values), std::move(name));
 }
 
-SparseTensor SparseTensor::FromDense(std::span<const float> dense, int64_t rows, int64_t width,
+template <typename T>
+SparseTensor SparseTensor::FromDense(std::span<const T> dense, int64_t rows, int64_t width,
                                      std::string name) {
   ValidateShape(rows, width, name);
   const size_t elements = DenseElements(rows, width, name);
@@ -197,53 +225,74 @@ SparseTensor SparseTensor::FromDense(std::span<const float> dense, int64_t rows,
                           " floats, expected rows ", rows, " x width ", width);
   }
   std::vector<int64_t> ids;
-  std::vector<float> values;
+  std::vector<T> values;
   ForEachNonZeroRow(dense.data(), width, 0, rows, [&](int64_t r) {
-    const float* row = dense.data() + static_cast<size_t>(r) * w;
+    const T* row = dense.data() + static_cast<size_t>(r) * w;
     ids.push_back(r);
     values.insert(values.end(), row, row + w);
   });
   return SparseTensor(rows, width, std::move(ids), std::move(values), std::move(name));
 }
 
-std::span<const float> SparseTensor::row(size_t i) const {
-  const size_t w = static_cast<size_t>(width_);
-  return values().subspan(i * w, w);
-}
-
 double SparseTensor::density() const {
   return rows_ == 0 ? 0.0 : static_cast<double>(nnz()) / static_cast<double>(rows_);
 }
 
-std::vector<float> SparseTensor::ToDense() const {
+template <typename T>
+std::vector<T> SparseTensor::ToDense() const {
   const size_t elements = DenseElements(rows_, width_, name_);
-  std::vector<float> out;
+  size_t product = 0;  // x 4 fits (DenseElements); x 8 may not
+  const std::string bytes = TryMul(elements, sizeof(T), product)
+                                ? std::to_string(product)
+                                : detail::Concat(elements, " x ", sizeof(T));
+  std::vector<T> out;
   try {
     out.resize(elements);
   } catch (const std::bad_alloc&) {
     throw InvalidArgument(Where{-1, name_}, "the dense form of rows ", rows_, " x width ", width_,
-                          " needs ", elements * sizeof(float), " bytes: out of memory");
+                          " needs ", bytes, " bytes: out of memory");
   } catch (const std::length_error&) {
     throw InvalidArgument(Where{-1, name_}, "the dense form of rows ", rows_, " x width ", width_,
-                          " needs ", elements * sizeof(float), " bytes: more than a vector holds");
+                          " needs ", bytes, " bytes: more than a vector holds");
   }
-  ToDense(out);
+  ToDense<T>(std::span<T>(out));
   return out;
 }
 
-void SparseTensor::ToDense(std::span<float> out) const {
+template <typename T>
+void SparseTensor::ToDense(std::span<T> out) const {
   const size_t elements = DenseElements(rows_, width_, name_);
   const size_t w = static_cast<size_t>(width_);
   if (out.size() != elements) {
     throw InvalidArgument(Where{-1, name_}, "dense output has ", out.size(),
                           " floats, expected rows ", rows_, " x width ", width_);
   }
-  std::fill(out.begin(), out.end(), 0.0f);
+  std::fill(out.begin(), out.end(), T{0});
   const std::span<const int64_t> ids = this->ids();
-  const float* values = this->values().data();
+  const T* values = this->values<T>().data();
   for (size_t i = 0; i < ids.size(); ++i) {
     std::copy_n(values + i * w, w, out.data() + static_cast<size_t>(ids[i]) * w);
   }
 }
+
+// The value types a tensor holds (dtype.h).
+#define ZEN_SPARSE_TENSOR_VALUE_TYPE(T)                                                           \
+  template SparseTensor SparseTensor::FromCoo<T>(int64_t, int64_t, std::vector<int64_t>,         \
+                                                 std::vector<T>, Duplicates, std::string);       \
+  template SparseTensor SparseTensor::FromSorted<T>(int64_t, int64_t, std::vector<int64_t>,      \
+                                                    std::vector<T>, std::string);                \
+  template SparseTensor SparseTensor::FromSortedUnchecked<T>(                                     \
+      int64_t, int64_t, std::vector<int64_t>, std::vector<T>, std::string);                       \
+  template SparseTensor SparseTensor::View<T>(int64_t, int64_t, std::span<const int64_t>,        \
+                                              std::span<const T>, std::string);                  \
+  template SparseTensor SparseTensor::ViewOrCoo<T>(int64_t, int64_t, std::span<const int64_t>,   \
+                                                   std::span<const T>, std::string);             \
+  template SparseTensor SparseTensor::FromDense<T>(std::span<const T>, int64_t, int64_t,         \
+                                                   std::string);                                 \
+  template std::vector<T> SparseTensor::ToDense<T>() const;                                       \
+  template void SparseTensor::ToDense<T>(std::span<T>) const;
+ZEN_SPARSE_TENSOR_VALUE_TYPE(float)
+ZEN_SPARSE_TENSOR_VALUE_TYPE(double)
+#undef ZEN_SPARSE_TENSOR_VALUE_TYPE
 
 }  // namespace zen

@@ -1,10 +1,13 @@
 // zen/core/sparse_tensor.h — the row-sparse tensor every scheme consumes and
 // produces.
 //
-// A SparseTensor stands for a dense [rows x width] float matrix of which only
-// the rows listed in `ids` may be non-zero. ids are sorted, unique int64 in
-// [0, rows); values hold nnz x width floats, row-major, row i of `values`
-// belonging to ids[i]. width 1 is an element-sparse tensor (top-k gradients);
+// A SparseTensor stands for a dense [rows x width] matrix of which only the
+// rows listed in `ids` may be non-zero. ids are sorted, unique int64 in
+// [0, rows); values hold nnz x width values of the tensor's dtype (float32
+// or float64, zen/core/dtype.h), row-major, row i of `values` belonging to
+// ids[i]. The factories take typed vectors or spans (float: float32; double:
+// float64); values<T>() reads them as T, which must be the tensor's value
+// type; value_bytes() is what moves. width 1 is an element-sparse tensor (top-k gradients);
 // width > 1 is an embedding gradient. Sizes are int64/size_t throughout:
 // rows above 2^31 and value arrays above 2 GiB work.
 //
@@ -18,6 +21,8 @@
 //   // t.ids() == {3, 7}; row 7 holds the sum of the two rows given for 7.
 //   std::vector<float> dense = t.ToDense();   // 50000 x 64
 //   auto back = zen::SparseTensor::FromDense(dense, 50000, 64);  // zero rows skipped
+//   auto t64 = zen::SparseTensor::FromSorted(10, 1, {2}, std::vector<double>{1e300});
+//   std::span<const double> v = t64.values<double>();  // t64.dtype() == DType::kFloat64
 #pragma once
 
 #include <cstddef>
@@ -25,7 +30,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
+
+#include "zen/core/dtype.h"
 
 namespace zen {
 
@@ -41,27 +49,48 @@ class SparseTensor {
   SparseTensor() = default;
 
   // A tensor with no present rows. rows >= 1 and width >= 1.
-  static SparseTensor Empty(int64_t rows, int64_t width, std::string name = {});
+  static SparseTensor Empty(int64_t rows, int64_t width, std::string name = {},
+                            DType dtype = DType::kFloat32);
 
   // From COO input in any order. Validates the shape (rows, width >= 1,
   // rows x width fits int64), every id against [0, rows) and values.size()
   // == ids.size() * width (checked); sorts; handles duplicates as told.
+  // T is float or double (every factory); the float overloads take braced
+  // lists.
+  template <typename T>
+  static SparseTensor FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                              std::vector<T> values, Duplicates duplicates = Duplicates::kReject,
+                              std::string name = {});
   static SparseTensor FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
                               std::vector<float> values, Duplicates duplicates = Duplicates::kReject,
-                              std::string name = {});
+                              std::string name = {}) {
+    return FromCoo<float>(rows, width, std::move(ids), std::move(values), duplicates,
+                          std::move(name));
+  }
 
   // From ids the caller guarantees to be sorted and unique (e.g. produced by
   // a merge). Still checked in O(nnz); a violation is InvalidArgument.
+  template <typename T>
   static SparseTensor FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
-                                 std::vector<float> values, std::string name = {});
+                                 std::vector<T> values, std::string name = {});
+  static SparseTensor FromSorted(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                                 std::vector<float> values, std::string name = {}) {
+    return FromSorted<float>(rows, width, std::move(ids), std::move(values), std::move(name));
+  }
   // FromSorted without its O(nnz) pass over the ids, for producers whose
   // ids are sorted, unique and in range by construction (a scheme's
   // radix-sorted union of disjoint, validated partitions). The shape and the
   // value count are still checked; ids that break the promise are a bug of
   // the producer, caught only in debug and sanitizer builds (NDEBUG unset,
   // or ZEN_CHECK_INVARIANTS: ZEN_SANITIZE and ZEN_TSAN define it).
+  template <typename T>
   static SparseTensor FromSortedUnchecked(int64_t rows, int64_t width, std::vector<int64_t> ids,
-                                          std::vector<float> values, std::string name = {});
+                                          std::vector<T> values, std::string name = {});
+  static SparseTensor FromSortedUnchecked(int64_t rows, int64_t width, std::vector<int64_t> ids,
+                                          std::vector<float> values, std::string name = {}) {
+    return FromSortedUnchecked<float>(rows, width, std::move(ids), std::move(values),
+                                      std::move(name));
+  }
 
   // A tensor over the caller's memory, without a copy: ids sorted and
   // unique in [0, rows), values ids.size() x width floats, both checked in
@@ -71,24 +100,40 @@ class SparseTensor {
   // TakeValues() first copy the viewed rows into the tensor's own storage.
   // For input the caller already holds in this form (a coalesced sparse
   // gradient from a DDP bucket): every row is read where it lies.
+  template <typename T>
   static SparseTensor View(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                           std::span<const float> values, std::string name = {});
+                           std::span<const T> values, std::string name = {});
+  static SparseTensor View(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                           std::span<const float> values, std::string name = {}) {
+    return View<float>(rows, width, ids, values, std::move(name));
+  }
   // For arrays handed over in any order (the Python bindings): a View when
   // the ids are strictly increasing, as a coalesced gradient's are (one
   // pass checks range and order); otherwise a copy, sorted and duplicates
   // summed (FromCoo with Duplicates::kSum). Errors as FromCoo's.
+  template <typename T>
   static SparseTensor ViewOrCoo(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                                std::span<const float> values, std::string name = {});
+                                std::span<const T> values, std::string name = {});
+  static SparseTensor ViewOrCoo(int64_t rows, int64_t width, std::span<const int64_t> ids,
+                                std::span<const float> values, std::string name = {}) {
+    return ViewOrCoo<float>(rows, width, ids, values, std::move(name));
+  }
 
   // From a dense row-major [rows x width] buffer: rows whose values are all
   // zero are skipped (for width 1: zero elements). dense.size() must equal
   // rows x width, computed without wrapping (rows 2^62 + 1 x width 4 is
   // InvalidArgument, not a 4-float buffer).
-  static SparseTensor FromDense(std::span<const float> dense, int64_t rows, int64_t width,
+  template <typename T>
+  static SparseTensor FromDense(std::span<const T> dense, int64_t rows, int64_t width,
                                 std::string name = {});
+  static SparseTensor FromDense(std::span<const float> dense, int64_t rows, int64_t width,
+                                std::string name = {}) {
+    return FromDense<float>(dense, rows, width, std::move(name));
+  }
 
   int64_t rows() const { return rows_; }
   int64_t width() const { return width_; }
+  DType dtype() const { return dtype_; }
   size_t nnz() const { return ids().size(); }
   bool empty() const { return nnz() == 0; }
   // Whether the rows are the caller's memory (View) rather than owned.
@@ -102,29 +147,52 @@ class SparseTensor {
   std::span<const int64_t> ids() const {
     return view_ ? view_ids_ : std::span<const int64_t>(ids_);
   }
-  std::span<const float> values() const {
-    return view_ ? view_values_ : std::span<const float>(values_);
+  // The values as T, which must be the dtype's value type (float for
+  // float32, double for float64): another T is InvalidArgument naming the
+  // tensor and both dtypes (a caller's bug, checked once per call).
+  template <typename T = float>
+  std::span<const T> values() const {
+    CheckValueType(DTypeOf<T>);
+    if (view_) {
+      return {reinterpret_cast<const T*>(view_values_.data()), view_values_.size() / sizeof(T)};
+    }
+    return Store<T>();
+  }
+  // The values as bytes (nnz x row_bytes()): what moves.
+  std::span<const std::byte> value_bytes() const {
+    if (view_) return view_values_;
+    return dtype_ == DType::kFloat64 ? std::as_bytes(std::span<const double>(values64_))
+                                     : std::as_bytes(std::span<const float>(values_));
   }
   // A view first copies its rows into its own storage (see View).
-  std::span<float> mutable_values() {
+  template <typename T = float>
+  std::span<T> mutable_values() {
+    CheckValueType(DTypeOf<T>);
     OwnRows();
-    return values_;
+    return Store<T>();
   }
   // The width values of the i-th present row (not row id i).
-  std::span<const float> row(size_t i) const;
+  template <typename T = float>
+  std::span<const T> row(size_t i) const {
+    const size_t w = static_cast<size_t>(width_);
+    return values<T>().subspan(i * w, w);
+  }
 
   // nnz / rows.
   double density() const;
-  // Bytes of one row's values.
-  size_t row_bytes() const { return static_cast<size_t>(width_) * sizeof(float); }
+  // Bytes of one row's values: width x the dtype's size.
+  size_t row_bytes() const { return static_cast<size_t>(width_) * DTypeSize(dtype_); }
 
   // Dense [rows x width] copy; absent rows are zero. A shape whose dense
   // form cannot be counted or allocated is InvalidArgument naming the
   // tensor and the bytes (never std::bad_alloc or std::length_error).
-  std::vector<float> ToDense() const;
+  template <typename T = float>
+  std::vector<T> ToDense() const;
   // Writes the dense form into out (size rows * width, checked without
   // wrapping): absent rows zeroed.
-  void ToDense(std::span<float> out) const;
+  template <typename T>
+  void ToDense(std::span<T> out) const;
+  void ToDense(std::span<float> out) const { ToDense<float>(out); }
 
   // Moves the storage out (for schemes that reuse buffers); a view's rows
   // are copied out.
@@ -132,32 +200,58 @@ class SparseTensor {
     OwnRows();
     return std::move(ids_);
   }
-  std::vector<float> TakeValues() && {
+  template <typename T = float>
+  std::vector<T> TakeValues() && {
+    CheckValueType(DTypeOf<T>);
     OwnRows();
-    return std::move(values_);
+    return std::move(Store<T>());
   }
 
-  // Same shape, name, ids and values (owned or viewed alike).
+  // Same shape, dtype, name, ids and values (owned or viewed alike).
   friend bool operator==(const SparseTensor& a, const SparseTensor& b);
 
  private:
-  SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids, std::vector<float> values,
+  template <typename T>
+  SparseTensor(int64_t rows, int64_t width, std::vector<int64_t> ids, std::vector<T> values,
                std::string name);
   // A view of checked ids and values.
+  template <typename T>
   static SparseTensor Viewing(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                              std::span<const float> values, std::string name);
+                              std::span<const T> values, std::string name);
   // Checked ids in any order and their values, sorted into a new tensor
   // (stable: duplicates summed in input order, or rejected).
+  template <typename T>
   static SparseTensor Coalesced(int64_t rows, int64_t width, std::span<const int64_t> ids,
-                                std::span<const float> values, Duplicates duplicates,
+                                std::span<const T> values, Duplicates duplicates,
                                 std::string name);
+  // InvalidArgument unless `want` is this tensor's dtype.
+  void CheckValueType(DType want) const {
+    if (want != dtype_) ThrowValueType(want);
+  }
+  [[noreturn]] void ThrowValueType(DType want) const;
+  // The owned values of value type T (one vector per dtype, so that a
+  // scheme's result vector moves in and out without a copy).
+  template <typename T>
+  std::vector<T>& Store() {
+    if constexpr (std::is_same_v<T, double>) {
+      return values64_;
+    } else {
+      return values_;
+    }
+  }
+  template <typename T>
+  const std::vector<T>& Store() const {
+    return const_cast<SparseTensor*>(this)->Store<T>();
+  }
   int64_t rows_ = 0;
   int64_t width_ = 0;
+  DType dtype_ = DType::kFloat32;
   std::vector<int64_t> ids_;  // owned rows (empty for a view)
-  std::vector<float> values_;
+  std::vector<float> values_;     // float32 values (owned)
+  std::vector<double> values64_;  // float64 values (owned)
   bool view_ = false;  // View: the rows are the caller's memory below
   std::span<const int64_t> view_ids_;
-  std::span<const float> view_values_;
+  std::span<const std::byte> view_values_;
   std::string name_;
 };
 

@@ -175,5 +175,47 @@ TEST(SparseTensor, ViewOrCooViewsSortedIdsAndCoalescesOthers) {
   }
 }
 
+// A float64 tensor carries its dtype: its values are read as double (as
+// float they are InvalidArgument naming both dtypes), its rows are 8 bytes a
+// value, and every factory keeps the values as they are (no float32 pass).
+TEST(SparseTensor, Float64ValuesKeepTheirDtypeAndPrecision) {
+  const double tiny = 1e-300, big = 1e300;
+  const auto t = SparseTensor::FromCoo(10, 2, {7, 3, 7}, std::vector<double>{1e10, big, tiny, 2,
+                                                                            1, 0},
+                                       Duplicates::kSum, "emb");
+  EXPECT_EQ(t.dtype(), DType::kFloat64);
+  EXPECT_EQ(t.row_bytes(), 16u);
+  EXPECT_EQ(t.value_bytes().size(), 4 * sizeof(double));
+  EXPECT_THAT(t.ids(), ElementsAre(3, 7));
+  EXPECT_THAT(t.values<double>(), ElementsAre(tiny, 2, 1e10 + 1, big));
+  EXPECT_THAT(t.row<double>(1), ElementsAre(1e10 + 1, big));
+  try {
+    (void)t.values();
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("values of dtype float64 read as float32"));
+  }
+  const std::vector<double> dense = t.ToDense<double>();
+  EXPECT_EQ(dense[6], tiny);
+  EXPECT_EQ(dense[15], big);
+  const auto back = SparseTensor::FromDense<double>(dense, 10, 2, "emb");
+  EXPECT_EQ(back, t);
+  const std::vector<int64_t> ids = {3, 7};
+  const std::vector<double> values(t.values<double>().begin(), t.values<double>().end());
+  const auto view = SparseTensor::View<double>(10, 2, ids, values, "emb");
+  EXPECT_TRUE(view.is_view());
+  EXPECT_EQ(view, t);
+  auto owned = view;
+  owned.OwnRows();
+  EXPECT_FALSE(owned.is_view());
+  EXPECT_EQ(owned, t);
+  EXPECT_EQ(std::move(owned).TakeValues<double>(), values);
+  // The same ids and numbers as float32 are another tensor.
+  const auto f32 = SparseTensor::FromSorted(10, 1, {3}, {2.0f}, "x");
+  const auto f64 = SparseTensor::FromSorted(10, 1, {3}, std::vector<double>{2.0}, "x");
+  EXPECT_FALSE(f32 == f64);
+  EXPECT_EQ(SparseTensor::Empty(10, 2, "e", DType::kFloat64).dtype(), DType::kFloat64);
+}
+
 }  // namespace
 }  // namespace zen

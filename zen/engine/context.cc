@@ -23,15 +23,22 @@ SyncOptions CallOptions(const BatchTensor& t) { return SyncOptions{t.values, t.s
 
 // The capabilities a tensor's options need (SyncOptions).
 SyncCapabilities Needs(const BatchTensor& t) {
-  return {.narrow_values = t.values != WireValues::kFloat32, .sum_order = !t.sum_order.empty()};
+  const bool f64 = t.value_type() == DType::kFloat64;
+  return {.narrow_values = t.values != WireValues::kFloat32,
+          .sum_order = !t.sum_order.empty() && !f64,
+          .float64 = f64,
+          .float64_sum_order = !t.sum_order.empty() && f64};
 }
 
 bool Covers(const SyncCapabilities& have, const SyncCapabilities& need) {
-  return (have.narrow_values || !need.narrow_values) && (have.sum_order || !need.sum_order);
+  return (have.narrow_values || !need.narrow_values) && (have.sum_order || !need.sum_order) &&
+         (have.float64 || !need.float64) && (have.float64_sum_order || !need.float64_sum_order);
 }
 
-constexpr SyncCapabilities kNarrowValues{.narrow_values = true, .sum_order = false};
-constexpr SyncCapabilities kSumOrder{.narrow_values = false, .sum_order = true};
+constexpr SyncCapabilities kNarrowValues{.narrow_values = true};
+constexpr SyncCapabilities kSumOrder{.sum_order = true};
+constexpr SyncCapabilities kFloat64{.float64 = true};
+constexpr SyncCapabilities kFloat64SumOrder{.float64 = true, .float64_sum_order = true};
 
 // The registry's schemes that declare every capability in `need`, as
 // "a or b", or "none".
@@ -67,7 +74,7 @@ std::vector<std::string> Fields(const BatchTensor& t, const std::string& fallbac
           t.kind == BatchTensor::Kind::kDense ? "dense" : "sparse",
           std::to_string(t.rows),
           std::to_string(t.width),
-          t.dtype.empty() ? "float32" : t.dtype,
+          t.dtype.empty() ? DTypeName(t.value_type()) : t.dtype,
           t.scheme.empty() ? fallback : t.scheme,  // as asked (auto stays auto)
           WireValuesName(t.values),
           t.rank_order && t.sum_order.empty() ? "ranks (required)" : SumOrderName(t.sum_order)};
@@ -127,18 +134,30 @@ std::string LocalError(const BatchTensor& t, const std::string& scheme,
   if (!registry.Find(scheme)) return "unknown scheme '" + scheme + "'";
   // The per-call options against what the scheme's entry declares.
   const SyncCapabilities& has = registry.Find(scheme)->capabilities;
+  const bool f64 = t.value_type() == DType::kFloat64;
+  if (f64 && !has.float64) {
+    return detail::Concat("float64 values need scheme ", Declaring(registry, kFloat64), ", not '",
+                          scheme, "' (it does not declare the capability float64)");
+  }
+  if (f64 && t.values != WireValues::kFloat32) {
+    return detail::Concat(WireValuesName(t.values),
+                          " values on the wire are for float32 values, not float64");
+  }
   if (t.values != WireValues::kFloat32 && !has.narrow_values) {
     return detail::Concat(WireValuesName(t.values), " values on the wire need scheme ",
                           Declaring(registry, kNarrowValues), ", not '", scheme,
                           "' (it does not declare the capability narrow_values)");
   }
   if (!t.sum_order.empty()) {
-    if (!has.sum_order || t.kind != BatchTensor::Kind::kDense) {
+    const bool ordered = f64 ? has.float64_sum_order : has.sum_order;
+    if (!ordered || t.kind != BatchTensor::Kind::kDense) {
       return detail::Concat("a sum order needs a dense tensor and scheme ",
-                            Declaring(registry, kSumOrder), ", not ",
+                            Declaring(registry, f64 ? kFloat64SumOrder : kSumOrder), ", not ",
                             t.kind == BatchTensor::Kind::kDense ? "" : "a sparse tensor with ",
                             "'", scheme, "'",
-                            has.sum_order ? "" : " (it does not declare the capability sum_order)");
+                            ordered ? ""
+                            : f64   ? " (it does not declare the capability float64_sum_order)"
+                                    : " (it does not declare the capability sum_order)");
     }
     const std::string order = SumOrderError(t.sum_order, world);
     if (!order.empty()) return order;
@@ -214,6 +233,7 @@ std::vector<std::vector<size_t>> CoalescedGroups(std::span<const BatchTensor> te
     const BatchTensor& t = tensors[i];
     const bool dense = t.kind == BatchTensor::Kind::kDense;
     if (dense && !t.sum_order.empty()) continue;  // its own order of additions
+    if (t.value_type() != DType::kFloat32) continue;  // float64 moves alone
     const int64_t max_tensor = dense ? kCoalesceDenseTensorElements : kCoalesceTensorElements;
     const int64_t max_group = dense ? kCoalesceDenseGroupElements : kCoalesceGroupElements;
     int64_t own = 0;
@@ -244,7 +264,12 @@ std::vector<std::vector<size_t>> CoalescedGroups(std::span<const BatchTensor> te
 
 }  // namespace
 
-BatchTensor BatchTensor::Dense(std::string name, std::span<float> buffer, int64_t rows,
+DType BatchTensor::value_type() const {
+  if (kind == Kind::kDense) return dense.dtype;
+  return sparse != nullptr ? sparse->dtype() : DType::kFloat32;
+}
+
+BatchTensor BatchTensor::Dense(std::string name, DenseValues buffer, int64_t rows,
                                int64_t width) {
   BatchTensor t;
   t.kind = Kind::kDense;
@@ -256,7 +281,7 @@ BatchTensor BatchTensor::Dense(std::string name, std::span<float> buffer, int64_
 }
 
 BatchTensor BatchTensor::SparseInto(std::string name, const SparseTensor& input,
-                                    std::span<float> out, float divisor) {
+                                    DenseValues out, double divisor) {
   BatchTensor t = Sparse(std::move(name), input, nullptr);
   t.into = true;
   t.sparse_into = out;
@@ -489,7 +514,7 @@ void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& 
     const size_t end = static_cast<size_t>(hi - ids.begin());
     if (t.into) {  // Scheme::SyncInto's contract
       WriteRowsInto(ids.subspan(begin, end - begin), values.subspan(begin * w, (end - begin) * w),
-                    width, lo_id, t.sparse_into, t.divisor);
+                    width, lo_id, t.sparse_into.as<float>(), static_cast<float>(t.divisor));
       continue;
     }
     // Into the output's own storage where it has some (no allocation when
@@ -512,7 +537,8 @@ void Context::SyncCoalescedDense(const std::string& batch, std::vector<BatchTens
   int64_t rows = 0;
   for (size_t index : group) {
     const BatchTensor& t = tensors[index];
-    coalesced_dense_.insert(coalesced_dense_.end(), t.dense.begin(), t.dense.end());
+    const std::span<const float> values = t.dense.as<float>();  // float32 (CoalescedGroups)
+    coalesced_dense_.insert(coalesced_dense_.end(), values.begin(), values.end());
     rows += t.rows;  // CoalescedGroups checked the total
   }
   const std::string name = detail::Concat(batch, ": ", group.size(),
@@ -523,7 +549,7 @@ void Context::SyncCoalescedDense(const std::string& batch, std::vector<BatchTens
   for (size_t index : group) {
     BatchTensor& t = tensors[index];
     std::copy_n(coalesced_dense_.begin() + static_cast<ptrdiff_t>(at), t.dense.size(),
-                t.dense.begin());
+                t.dense.as<float>().begin());
     at += t.dense.size();
   }
 }
@@ -557,9 +583,9 @@ void Context::Execute(const Job& job) {
     Scheme& s = scheme(SchemeOf(t, options_.scheme, registry_), t.rank_order);
     const SyncOptions call = CallOptions(t);
     if (t.kind == BatchTensor::Kind::kDense) {
-      s.SyncDense(*comm_, t.dense, t.rows, t.width, t.name, call);
+      s.SyncDenseValues(*comm_, t.dense, t.rows, t.width, t.name, call);
     } else if (t.into) {
-      s.SyncInto(*comm_, *t.sparse, t.sparse_into, t.divisor, call);
+      s.SyncIntoValues(*comm_, *t.sparse, t.sparse_into, t.divisor, call);
     } else {
       *t.sparse_out = s.Sync(*comm_, *t.sparse, call);
     }

@@ -81,18 +81,21 @@ struct BatchTensor {
   std::string name;  // the tensor's identity; the same on every rank
   int64_t rows = 0;
   int64_t width = 0;
-  std::span<float> dense;                // kDense: [rows x width], summed in place
+  // kDense: [rows x width] of float32 or float64, summed in place in its
+  // own precision (float64 needs a scheme that declares it).
+  DenseValues dense;
   const SparseTensor* sparse = nullptr;  // kSparse: this rank's input
   SparseTensor* sparse_out = nullptr;    // kSparse: receives the sum
   // kSparse made by SparseInto, instead of sparse_out: the sum, each value
   // divided by `divisor`, written densely into [rows x width], zeros
   // elsewhere (Scheme::SyncInto: no sorted result is built).
   bool into = false;
-  std::span<float> sparse_into;
-  float divisor = 1.0f;
+  DenseValues sparse_into;  // the input's dtype
+  double divisor = 1.0;
   std::string scheme;                    // empty: the context's scheme
   // The caller's dtype before any conversion to float32 (e.g. "bfloat16"):
-  // only compared across ranks; empty means float32.
+  // only compared across ranks; empty means the values' own dtype
+  // (float32 or float64, which are summed as they are).
   std::string dtype;
   // Values on the wire: float32, or bfloat16/float16 (half the value bytes;
   // sums stay float32): SyncOptions::values. Half widths need a scheme
@@ -117,11 +120,12 @@ struct BatchTensor {
   // the batch, this rank with this message.
   std::string error;
 
-  static BatchTensor Dense(std::string name, std::span<float> buffer, int64_t rows,
-                           int64_t width);
+  static BatchTensor Dense(std::string name, DenseValues buffer, int64_t rows, int64_t width);
   static BatchTensor Sparse(std::string name, const SparseTensor& input, SparseTensor* out);
-  static BatchTensor SparseInto(std::string name, const SparseTensor& input, std::span<float> out,
-                                float divisor = 1.0f);
+  static BatchTensor SparseInto(std::string name, const SparseTensor& input, DenseValues out,
+                                double divisor = 1.0);
+  // The dtype of the values (the dense buffer's, or the sparse input's).
+  DType value_type() const;
 };
 
 struct ContextOptions {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 
 #include <atomic>
@@ -852,6 +853,53 @@ TEST_P(ContextTest, HandlesCompleteOnOtherThreads) {
         }
       },
       kTimeout);
+}
+
+// float64 tensors of a batch (dense, sparse, sparse into a dense buffer) are
+// summed in float64 where the scheme declares it (auto: an entry that does):
+// 1e10 + 1 - 1e10 is 1 (0 in float32), 1e300 stays (inf in float32). zen
+// (float32 only) refuses them on every rank, naming float64.
+TEST_P(ContextTest, Float64TensorsAreSummedInFloat64) {
+  int refused = 0;
+  testing::RunRanks(
+      Backend::kInProc, kWorld,
+      [&](Communicator& comm) {
+        const int r = comm.rank();
+        Context ctx(comm, Opt(GetParam()));
+        const std::vector<double> mine = {r == 0 ? 1e10 : r == 1 ? 1.0 : -1e10,
+                                          r == 0 ? 1e300 : 0.0, 0.0, 2.0};
+        std::vector<double> dense = mine;  // [2 x 2]
+        const SparseTensor sparse = SparseTensor::FromSorted(2, 2, {0, 1}, mine, "s");
+        SparseTensor sum;
+        std::vector<double> into(4, 7.0);
+        std::vector<BatchTensor> batch = {
+            BatchTensor::Dense("d", std::span<double>(dense), 2, 2),
+            BatchTensor::Sparse("s", sparse, &sum),
+            BatchTensor::SparseInto("i", sparse, std::span<double>(into), 2.0)};
+        if (GetParam() == std::string("zen")) {
+          try {
+            ctx.Sync("bucket", batch);
+          } catch (const InvalidArgument& e) {
+            std::lock_guard lock(mu_);
+            ++refused;
+            EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+          }
+          return;
+        }
+        ctx.Sync("bucket", batch);
+        const std::vector<double> want = {1.0, 1e300, 0.0, 6.0};
+        std::lock_guard lock(mu_);
+        EXPECT_EQ(dense, want) << "rank " << r;
+        EXPECT_EQ(sum.dtype(), DType::kFloat64);
+        EXPECT_TRUE(std::ranges::equal(sum.values<double>(), want)) << "rank " << r;
+        for (size_t i = 0; i < want.size(); ++i) {
+          EXPECT_EQ(into[i], want[i] / 2.0) << i;
+        }
+      },
+      kTimeout);
+  if (GetParam() == std::string("zen")) {
+    EXPECT_EQ(refused, kWorld);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ContextTest,

@@ -1,6 +1,7 @@
 #include "zen/schemes/agsparse.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "zen/comm/collectives.h"
 #include "zen/core/error.h"
@@ -11,8 +12,13 @@
 namespace zen {
 namespace {
 
+// float64 summed in float64 (the merge is one kernel per value type).
+constexpr SyncCapabilities kAgSparseCapabilities{.narrow_values = false, .sum_order = false,
+                                                 .float64 = true};
+
 class AgSparse final : public Scheme {
  public:
+  SyncCapabilities capabilities() const override { return kAgSparseCapabilities; }
   std::string_view name() const override { return "agsparse"; }
   std::string_view description() const override {
     return "AllGather of COO ids and values, merged locally (PyTorch Gloo / Horovod / DeepSpeed)";
@@ -21,6 +27,12 @@ class AgSparse final : public Scheme {
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
                       const SyncOptions&) override {
+    return WithValueType(local.dtype(), [&]<typename T>() { return Sum<T>(comm, local); });
+  }
+
+ private:
+  template <typename T>
+  SparseTensor Sum(Communicator& comm, const SparseTensor& local) {
     // One message per peer: [ids (int64 x nnz)][values (float x nnz x width)],
     // encoded into a buffer kept across calls; AllGatherVInto exchanges the
     // byte counts in the transport's frames and receives into buffers kept
@@ -31,34 +43,46 @@ class AgSparse final : public Scheme {
     const int r = comm.rank();
     const size_t w = static_cast<size_t>(local.width());
     send_.clear();
-    AppendCoo(send_, local.ids(), local.values());
-    AllGatherVInto(comm, send_, recv_, CooBytesBound(local.rows(), local.width()), requests_);
-    parts_.clear();
+    AppendCoo(send_, local.ids(), local.value_bytes());
+    AllGatherVInto(comm, send_, recv_, CooBytesBound(local.rows(), local.width(), sizeof(T)),
+                   requests_);
+    std::vector<RowsOf<T>>& parts = Parts<T>();
+    parts.clear();
     for (size_t j = 0; j < recv_.size(); ++j) {
       if (static_cast<int>(j) == r) {
-        parts_.push_back({local.ids(), local.values()});
+        parts.push_back({local.ids(), local.values<T>()});
         continue;
       }
-      const CooView m = ViewCoo(recv_[j], local.rows(), local.width(),
-                                Where{r, local.name()}, static_cast<int>(j));
-      parts_.push_back({m.ids, m.values});
+      const CooViewOf<T> m = ViewCoo<T>(recv_[j], local.rows(), local.width(),
+                                        Where{r, local.name()}, static_cast<int>(j));
+      parts.push_back({m.ids, m.values});
     }
     // A keys-only merge sizes the result, the second writes it: no scratch
     // of n x nnz rows is kept between calls (only the messages are).
-    const size_t union_rows = MergedCount(parts_, merge_);
+    const size_t union_rows = MergedCount(std::span<const RowsOf<T>>(parts), merge_);
     std::vector<int64_t> ids(union_rows);
-    std::vector<float> values(union_rows * w);
-    MergeSumRowsInto(parts_, local.width(), ids.data(), values.data(), merge_);
+    std::vector<T> values(union_rows * w);
+    MergeSumRowsInto(std::span<const RowsOf<T>>(parts), local.width(), ids.data(), values.data(),
+                     merge_);
     return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
                                     local.name());
   }
 
- private:
+  template <typename T>
+  std::vector<RowsOf<T>>& Parts() {
+    if constexpr (std::is_same_v<T, double>) {
+      return parts64_;
+    } else {
+      return parts_;
+    }
+  }
+
   // Kept across calls (capacity reused).
   ByteBuffer send_;
   std::vector<ByteBuffer> recv_;
   RequestList requests_;
   std::vector<RowsView> parts_;
+  std::vector<RowsOf<double>> parts64_;
   MergeScratch merge_;
 };
 
@@ -72,6 +96,7 @@ SchemeInfo AgSparseInfo() {
             return std::make_unique<AgSparse>();
           }};
   info.rank_order = true;  // every rank merges all gathered tensors in rank order
+  info.capabilities = kAgSparseCapabilities;
   return info;
 }
 

@@ -1,10 +1,13 @@
 // Every registered scheme, over every backend, world size, width, density and
-// skew of the foundation grid, against the independent dense reference.
-// New schemes join this grid by being registered.
+// skew of the foundation grid, and every dtype (float32, float64), against
+// the independent dense reference (summed in double). New schemes join this
+// grid by being registered; a scheme that does not declare float64 refuses
+// float64 input with InvalidArgument on every rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
@@ -33,7 +36,13 @@ struct Case {
   int64_t width;
   double density;
   double skew;
+  DType dtype = DType::kFloat32;
 };
+
+// The error allowed against the double reference: float32 sums round each
+// addition to 24 bits; float64 ones to 53 (a float32 sum of the float64
+// inputs below is off by about 1e-8).
+double Tolerance(DType dtype) { return dtype == DType::kFloat64 ? 1e-12 : 1e-5; }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
@@ -42,7 +51,8 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
                                              : std::to_string(static_cast<int>(c.density * 1e4)) + "e4";
   std::string name = c.scheme + "_" + testing::BackendName(c.backend) + "_n" +
                      std::to_string(c.world) + "_w" + std::to_string(c.width) + "_d" + d + "_s" +
-                     std::to_string(static_cast<int>(c.skew * 10));
+                     std::to_string(static_cast<int>(c.skew * 10)) +
+                     (c.dtype == DType::kFloat64 ? "_f64" : "");
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
@@ -58,7 +68,45 @@ std::vector<SparseTensor> Inputs(const Case& c, int64_t rows) {
   spec.density = c.density == kOneRankEmpty ? 1e-3 : c.density;
   std::vector<SparseTensor> in = GenerateSynthetic(spec, c.world);
   if (c.density == kOneRankEmpty) in[static_cast<size_t>(c.world) / 2] = SparseTensor::Empty(rows, c.width);
+  if (c.dtype == DType::kFloat64) {
+    // Values float32 cannot hold: each generated value times (1 + 2^-30 / 3).
+    for (SparseTensor& t : in) {
+      std::vector<double> values(t.values().begin(), t.values().end());
+      for (double& v : values) v += v * (0x1p-30 / 3);
+      t = SparseTensor::FromSorted(rows, c.width, {t.ids().begin(), t.ids().end()},
+                                   std::move(values), t.name());
+    }
+  }
   return in;
+}
+
+// Whether the scheme sums c's dtype; if not, checks that float64 input is
+// InvalidArgument on every rank naming the scheme and the dtype (for the
+// dense and dense-output entries too), and the test has nothing more to do.
+bool Sums(const Case& c, int64_t rows) {
+  const std::unique_ptr<Scheme> probe = BuiltinSchemes().Create(c.scheme);
+  if (c.dtype != DType::kFloat64 || probe->capabilities().float64) return true;
+  std::mutex mu;
+  int raised = 0;
+  testing::RunRanks(c.backend, c.world, [&](Communicator& comm) {
+    auto scheme = BuiltinSchemes().Create(c.scheme);
+    const SparseTensor local = SparseTensor::Empty(rows, c.width, "t", DType::kFloat64);
+    std::vector<double> dense(static_cast<size_t>(rows * c.width));
+    for (int entry = 0; entry < 3; ++entry) {
+      try {
+        if (entry == 0) scheme->Sync(comm, local);
+        if (entry == 1) scheme->SyncDense(comm, dense, rows, c.width, "t");
+        if (entry == 2) scheme->SyncInto(comm, local, dense);
+      } catch (const InvalidArgument& e) {
+        std::lock_guard lock(mu);
+        ++raised;
+        EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(c.scheme), std::string::npos) << e.what();
+      }
+    }
+  });
+  EXPECT_EQ(raised, 3 * c.world);
+  return false;
 }
 
 class AllSchemesTest : public ::testing::TestWithParam<Case> {};
@@ -66,6 +114,7 @@ class AllSchemesTest : public ::testing::TestWithParam<Case> {};
 TEST_P(AllSchemesTest, SparseSyncEqualsDenseReference) {
   const Case& c = GetParam();
   const int64_t rows = c.width == 1 ? 20000 : 1500;
+  if (!Sums(c, rows)) return;
   const std::vector<SparseTensor> inputs = Inputs(c, rows);
   const DenseReference reference(inputs);
   const SchemeRegistry registry = BuiltinSchemes();
@@ -77,7 +126,8 @@ TEST_P(AllSchemesTest, SparseSyncEqualsDenseReference) {
       const SparseTensor sum = scheme->Sync(comm, inputs[static_cast<size_t>(comm.rank())]);
       const Agreement a = reference.Compare(sum);
       std::lock_guard lock(mu);
-      EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank() << " call " << call;
+      EXPECT_EQ(sum.dtype(), c.dtype) << "rank " << comm.rank();
+      EXPECT_LE(a.max_rel_error, Tolerance(c.dtype)) << "rank " << comm.rank() << " call " << call;
       EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank() << " call " << call;
     }
   });
@@ -86,18 +136,21 @@ TEST_P(AllSchemesTest, SparseSyncEqualsDenseReference) {
 TEST_P(AllSchemesTest, DenseBufferSyncEqualsDenseReference) {
   const Case& c = GetParam();
   const int64_t rows = c.width == 1 ? 20000 : 1500;
+  if (!Sums(c, rows)) return;
   const std::vector<SparseTensor> inputs = Inputs(c, rows);
   const DenseReference reference(inputs);
   const SchemeRegistry registry = BuiltinSchemes();
   std::mutex mu;
   testing::RunRanks(c.backend, c.world, [&](Communicator& comm) {
     auto scheme = registry.Create(c.scheme);
-    std::vector<float> buffer = inputs[static_cast<size_t>(comm.rank())].ToDense();
-    scheme->SyncDense(comm, buffer, rows, c.width, "bucket");
-    const Agreement a = reference.CompareDense(buffer);
-    std::lock_guard lock(mu);
-    EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank();
-    EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
+    WithValueType(c.dtype, [&]<typename T>() {
+      std::vector<T> buffer = inputs[static_cast<size_t>(comm.rank())].ToDense<T>();
+      scheme->SyncDense(comm, std::span<T>(buffer), rows, c.width, "bucket");
+      const Agreement a = reference.CompareDense(std::span<const T>(buffer));
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, Tolerance(c.dtype)) << "rank " << comm.rank();
+      EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
+    });
   });
 }
 
@@ -108,6 +161,7 @@ TEST_P(AllSchemesTest, DenseBufferSyncEqualsDenseReference) {
 TEST_P(AllSchemesTest, SyncIntoEqualsDenseReferenceAndDividedSum) {
   const Case& c = GetParam();
   const int64_t rows = c.width == 1 ? 20000 : 1500;
+  if (!Sums(c, rows)) return;
   const std::vector<SparseTensor> inputs = Inputs(c, rows);
   const DenseReference reference(inputs);
   const SchemeRegistry registry = BuiltinSchemes();
@@ -115,23 +169,25 @@ TEST_P(AllSchemesTest, SyncIntoEqualsDenseReferenceAndDividedSum) {
   testing::RunRanks(c.backend, c.world, [&](Communicator& comm) {
     auto scheme = registry.Create(c.scheme);
     const SparseTensor& local = inputs[static_cast<size_t>(comm.rank())];
-    // Garbage first: every element not in the union must be overwritten.
-    std::vector<float> out(static_cast<size_t>(rows * c.width), 7.5f);
-    scheme->SyncInto(comm, local, out);
-    const Agreement a = reference.CompareDense(out);
-    const std::vector<float> sum = scheme->Sync(comm, local).ToDense();
-    const float divisor = static_cast<float>(c.world) + 0.5f;
-    std::fill(out.begin(), out.end(), 7.5f);
-    scheme->SyncInto(comm, local, out, divisor);
-    size_t differ = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      const float want = sum[i] / divisor;
-      if (std::memcmp(&want, &out[i], sizeof(float)) != 0) ++differ;
-    }
-    std::lock_guard lock(mu);
-    EXPECT_LE(a.max_rel_error, 1e-5) << "rank " << comm.rank();
-    EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
-    EXPECT_EQ(differ, 0u) << "rank " << comm.rank() << ": elements not sum / " << divisor;
+    WithValueType(c.dtype, [&]<typename T>() {
+      // Garbage first: every element not in the union must be overwritten.
+      std::vector<T> out(static_cast<size_t>(rows * c.width), T(7.5));
+      scheme->SyncInto(comm, local, std::span<T>(out));
+      const Agreement a = reference.CompareDense(std::span<const T>(out));
+      const std::vector<T> sum = scheme->Sync(comm, local).template ToDense<T>();
+      const T divisor = static_cast<T>(c.world) + T(0.5);
+      std::fill(out.begin(), out.end(), T(7.5));
+      scheme->SyncInto(comm, local, std::span<T>(out), divisor);
+      size_t differ = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const T want = sum[i] / divisor;
+        if (std::memcmp(&want, &out[i], sizeof(T)) != 0) ++differ;
+      }
+      std::lock_guard lock(mu);
+      EXPECT_LE(a.max_rel_error, Tolerance(c.dtype)) << "rank " << comm.rank();
+      EXPECT_EQ(a.rows_mismatch, 0) << "rank " << comm.rank();
+      EXPECT_EQ(differ, 0u) << "rank " << comm.rank() << ": elements not sum / " << divisor;
+    });
   });
 }
 
@@ -202,6 +258,8 @@ std::vector<Case> Grid() {
           }
           // Real TCP on the skewed half of the grid.
           out.push_back({scheme, Backend::kGlooTcp, world, width, density, 1.1});
+          // float64: the skewed half, in process.
+          out.push_back({scheme, Backend::kInProc, world, width, density, 1.1, DType::kFloat64});
         }
       }
     }
@@ -218,6 +276,7 @@ std::vector<Case> NarrowGrid() {
   for (const std::string& scheme : BuiltinSchemes().ids()) {
     for (int64_t width : {2, 3, 4, 5, 13, 16, 17}) {
       out.push_back({scheme, Backend::kInProc, 5, width, 0.05, 1.1});
+      out.push_back({scheme, Backend::kInProc, 5, width, 0.05, 1.1, DType::kFloat64});
     }
   }
   return out;
@@ -314,6 +373,124 @@ TEST(ViewInput, EverySchemeSumsAViewAsTheOwnedRowsAndNeverReturnsIt) {
       }
     }
   }
+}
+
+// float64 is summed in float64 by every scheme that declares it: 1e10 + 1 -
+// 1e10 is 1 (0 in float32) and 1e300 + 1e-300 keeps both (inf and 0 in
+// float32), sparse, dense and dense-output, on 3 ranks.
+TEST(Float64, EverySchemeThatDeclaresItSumsInFloat64) {
+  int declared = 0;
+  for (const SchemeInfo& info : BuiltinSchemes().schemes()) {
+    if (!info.capabilities.float64) continue;
+    ++declared;
+    SCOPED_TRACE(info.id);
+    // Rows 5 and 7 of width 2: rank 0 {1e10, 1e300}, rank 1 {1, 0} and
+    // {1e-300, 2}, rank 2 {-1e10, 0}.
+    const std::vector<std::vector<int64_t>> ids = {{5}, {5, 7}, {5}};
+    const std::vector<std::vector<double>> values = {
+        {1e10, 1e300}, {1.0, 0.0, 1e-300, 2.0}, {-1e10, 0.0}};
+    const std::vector<double> want = {1.0, 1e300, 1e-300, 2.0};
+    std::mutex mu;
+    testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
+      const size_t r = static_cast<size_t>(comm.rank());
+      const SparseTensor local = SparseTensor::FromSorted(10, 2, ids[r], values[r], "t");
+      auto scheme = info.factory({});
+      const SparseTensor sum = scheme->Sync(comm, local);
+      std::vector<double> dense = local.ToDense<double>();
+      scheme->SyncDense(comm, dense, 10, 2, "d");
+      std::vector<double> into(20, 9.0);
+      scheme->SyncInto(comm, local, into);
+      std::lock_guard lock(mu);
+      ASSERT_EQ(sum.dtype(), DType::kFloat64);
+      EXPECT_TRUE(std::ranges::equal(sum.ids(), std::vector<int64_t>{5, 7}));
+      EXPECT_TRUE(std::ranges::equal(sum.values<double>(), want)) << "rank " << r;
+      for (const std::vector<double>* got : {&dense, &into}) {
+        EXPECT_EQ((*got)[10], want[0]);
+        EXPECT_EQ((*got)[11], want[1]);
+        EXPECT_EQ((*got)[14], want[2]);
+        EXPECT_EQ((*got)[15], want[3]);
+        EXPECT_EQ(std::count(got->begin(), got->end(), 0.0), 16);
+      }
+    });
+  }
+  EXPECT_GE(declared, 5);
+}
+
+// Ranks that hold different dtypes raise MismatchError on every rank (the
+// metadata record carries the dtype) and the communicator serves the next
+// call.
+TEST(Float64, RanksWithDifferentDtypesRaiseMismatchOnEveryRank) {
+  for (const SchemeInfo& info : BuiltinSchemes().schemes()) {
+    if (!info.capabilities.float64) continue;
+    SCOPED_TRACE(info.id);
+    std::mutex mu;
+    int raised = 0;
+    testing::RunRanks(Backend::kInProc, 3, [&](Communicator& comm) {
+      auto scheme = info.factory({});
+      const SparseTensor f32 = SparseTensor::FromSorted(10, 1, {3}, {1.0f}, "t");
+      const SparseTensor f64 = SparseTensor::FromSorted(10, 1, {3}, std::vector<double>{1.0}, "t");
+      try {
+        scheme->Sync(comm, comm.rank() == 1 ? f64 : f32);
+      } catch (const MismatchError& e) {
+        std::lock_guard lock(mu);
+        ++raised;
+        EXPECT_NE(std::string(e.what()).find("dtype"), std::string::npos) << e.what();
+      }
+      const SparseTensor sum = scheme->Sync(comm, f64);
+      std::lock_guard lock(mu);
+      EXPECT_EQ(sum.values<double>()[0], 3.0);
+    });
+    EXPECT_EQ(raised, 3);
+  }
+}
+
+// The schemes that take a sum order on float64 buffers add each element's
+// values in that order, bit for bit: the reference writes the order out.
+TEST(Float64, SumOrderOnFloat64IsFollowedBitForBit) {
+  int declared = 0;
+  for (const SchemeInfo& info : BuiltinSchemes().schemes()) {
+    if (!info.capabilities.float64_sum_order) continue;
+    ++declared;
+    for (int world : {2, 3, 4}) {
+      SCOPED_TRACE(info.id + " n=" + std::to_string(world));
+      const size_t total = 1000;
+      std::vector<SumStep> order = {{0, 1 % world}, {100, world - 1}, {250, 0}, {600, 2 % world},
+                                    {601, 1 % world}};
+      std::vector<std::vector<double>> x(static_cast<size_t>(world), std::vector<double>(total));
+      for (int r = 0; r < world; ++r) {
+        for (size_t e = 0; e < total; ++e) {
+          x[static_cast<size_t>(r)][e] =
+              std::ldexp(1.0 + static_cast<double>((e * 7919 + static_cast<size_t>(r) * 104729) % 1000) / 997,
+                         static_cast<int>((e + static_cast<size_t>(r) * 13) % 60) - 30);
+        }
+      }
+      std::vector<double> want(total);
+      for (size_t e = 0; e < total; ++e) {
+        size_t step = 0;
+        while (step + 1 < order.size() && static_cast<size_t>(order[step + 1].first) <= e) ++step;
+        const int start = order[step].second;
+        double acc = x[static_cast<size_t>(start)][e];
+        for (int k = 1; k < world; ++k) {
+          acc = acc + x[static_cast<size_t>((start - k + world) % world)][e];
+        }
+        want[e] = acc;
+      }
+      std::mutex mu;
+      testing::RunRanks(Backend::kInProc, world, [&](Communicator& comm) {
+        std::vector<double> buffer = x[static_cast<size_t>(comm.rank())];
+        SyncOptions options;
+        options.sum_order = order;
+        info.factory({})->SyncDense(comm, buffer, static_cast<int64_t>(total), 1, "b", options);
+        std::lock_guard lock(mu);
+        int64_t differ = 0;
+        for (size_t e = 0; e < total; ++e) {
+          differ += std::bit_cast<uint64_t>(buffer[e]) != std::bit_cast<uint64_t>(want[e]);
+        }
+        EXPECT_EQ(differ, 0) << "rank " << comm.rank();
+      });
+    }
+  }
+  EXPECT_GE(declared, 1);
 }
 
 }  // namespace

@@ -50,8 +50,87 @@ void RingAllReduce(Communicator& comm, std::span<T> data, Combine combine) {
   }
 }
 
+// float64 summed in float64 (one ring kernel per value type), also in a
+// given sum order (the ordered ring; float32 sums in an order are zen's).
+constexpr SyncCapabilities kDenseRingCapabilities{
+    .narrow_values = false, .sum_order = false, .float64 = true, .float64_sum_order = true};
+
+// The element ranges [begin, end) of `order`'s steps (SumStep) over a
+// buffer of `total` elements, grouped by the rank each step starts at.
+std::vector<std::vector<std::pair<size_t, size_t>>> RangesByStart(std::span<const SumStep> order,
+                                                                  size_t total, int n) {
+  std::vector<std::vector<std::pair<size_t, size_t>>> groups(static_cast<size_t>(n));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t begin = static_cast<size_t>(order[i].first);
+    const size_t end = i + 1 < order.size() ? static_cast<size_t>(order[i + 1].first) : total;
+    if (begin < end) groups[static_cast<size_t>(order[i].second)].emplace_back(begin, end);
+  }
+  return groups;
+}
+
+// In-place allreduce of `data` in a sum order: each element is summed from
+// its step's start rank s down the ranks (s, s - 1, ..., s + 1), each rank
+// adding its value to the sum so far, which is the order
+// SyncOptions::sum_order names. A ring towards rank r - 1 whose chunks are
+// the groups of elements that share a start rank: at reduce step k rank r
+// passes on the sums of group r + k; after n - 1 steps it holds group r - 1
+// whole, which an allgather along the same ring hands to every rank.
+template <typename T>
+void OrderedRingAllReduce(Communicator& comm, std::span<T> data, std::span<const SumStep> order) {
+  const int n = comm.size();
+  if (n == 1) return;
+  const int r = comm.rank();
+  const RingNeighbours ring = Ring(r, n);
+  const auto groups = RangesByStart(order, data.size(), n);
+  const auto group = [&](int g) -> const auto& { return groups[static_cast<size_t>((g % n + n) % n)]; };
+  const auto count = [&](int g) {
+    size_t c = 0;
+    for (const auto& [b, e] : group(g)) c += e - b;
+    return c;
+  };
+  size_t most = 0;
+  for (int g = 0; g < n; ++g) most = std::max(most, count(g));
+  std::vector<T> out(most), in(most);
+  const auto pack = [&](int g) {
+    size_t at = 0;
+    for (const auto& [b, e] : group(g)) {
+      std::copy(data.begin() + static_cast<std::ptrdiff_t>(b),
+                data.begin() + static_cast<std::ptrdiff_t>(e), out.begin() + static_cast<std::ptrdiff_t>(at));
+      at += e - b;
+    }
+    return std::span<const T>(out).first(at);
+  };
+  const auto exchange = [&](int send_group, int recv_group) {
+    const Tag tag = comm.NextTag();
+    const std::span<const T> sent = pack(send_group);
+    auto recv = comm.Recv(ring.next, tag,
+                          std::as_writable_bytes(std::span<T>(in).first(count(recv_group))));
+    auto send = comm.Send(ring.prev, tag, std::as_bytes(sent));
+    recv->Wait();
+    send->Wait();
+  };
+  for (int k = 0; k < n - 1; ++k) {
+    exchange(r + k, r + 1 + k);
+    size_t at = 0;  // the sum so far, plus this rank's value
+    for (const auto& [b, e] : group(r + 1 + k)) {
+      for (size_t i = b; i < e; ++i) data[i] = in[at++] + data[i];
+    }
+  }
+  for (int k = 0; k < n - 1; ++k) {
+    exchange(r - 1 + k, r + k);
+    size_t at = 0;
+    for (const auto& [b, e] : group(r + k)) {
+      std::copy(in.begin() + static_cast<std::ptrdiff_t>(at),
+                in.begin() + static_cast<std::ptrdiff_t>(at + (e - b)),
+                data.begin() + static_cast<std::ptrdiff_t>(b));
+      at += e - b;
+    }
+  }
+}
+
 class DenseRing final : public Scheme {
  public:
+  SyncCapabilities capabilities() const override { return kDenseRingCapabilities; }
   std::string_view name() const override { return "dense"; }
   std::string_view description() const override {
     return "dense ring AllReduce (reduce-scatter + allgather) of the densified tensor";
@@ -60,6 +139,33 @@ class DenseRing final : public Scheme {
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
                       const SyncOptions&) override {
+    return WithValueType(local.dtype(), [&]<typename T>() { return Sum<T>(comm, local); });
+  }
+
+  // A dense bucket is reduced in place; presence is whatever is non-zero.
+  void DoSyncDense(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
+                   std::string_view tensor, const SyncOptions& options) override {
+    // rows x width without wrapping: rows 2^62 + 1 x width 4 is not a
+    // 4-float buffer.
+    const Where where{comm.rank(), tensor};
+    const size_t bytes = CheckedBytes(rows, width, sizeof(float), where, "dense: rows x width x 4");
+    if (buffer.size() != bytes / sizeof(float)) {
+      throw InvalidArgument(where, "dense buffer has ", buffer.size(), " floats, expected rows ",
+                            rows, " x width ", width, " = ", bytes / sizeof(float));
+    }
+    WithValueType(buffer.dtype, [&]<typename T>() {
+      if (options.sum_order.empty()) {
+        RingAllReduce(comm, buffer.as<T>(), [](T& a, T b) { a += b; });
+      } else {
+        OrderedRingAllReduce(comm, buffer.as<T>(), options.sum_order);
+      }
+    });
+  }
+
+ private:
+  // The sum of a sparse tensor of value type T: densified, ring-reduced.
+  template <typename T>
+  static SparseTensor Sum(Communicator& comm, const SparseTensor& local) {
     const size_t w = static_cast<size_t>(local.width());
     const Where where{comm.rank(), local.name()};
     // rows x width x 4 bytes, checked, then allocated without letting
@@ -67,10 +173,10 @@ class DenseRing final : public Scheme {
     const size_t elements = static_cast<size_t>(
         CheckedBytes(local.rows(), local.width(), sizeof(float), where, "dense: rows x width x 4") /
         sizeof(float));
-    std::vector<float> dense;
+    std::vector<T> dense;
     ResizeOrThrow(dense, elements, where, "dense: the densified tensor");
-    local.ToDense(dense);
-    RingAllReduce(comm, std::span<float>(dense), [](float& a, float b) { a += b; });
+    local.ToDense<T>(std::span<T>(dense));
+    RingAllReduce(comm, std::span<T>(dense), [](T& a, T b) { a += b; });
     // Row presence travels as a bitmap, OR-reduced, so rows that sum to zero
     // are still reported (1 bit per row on top of the values).
     std::vector<uint64_t> present;
@@ -87,42 +193,31 @@ class DenseRing final : public Scheme {
                         local.rows(), " (a peer sent a corrupt bitmap)");
     }
     std::vector<int64_t> ids;
-    std::vector<float> values;
+    std::vector<T> values;
     for (size_t word = 0; word < present.size(); ++word) {
       for (uint64_t bits = present[word]; bits != 0; bits &= bits - 1) {
         const int64_t id = static_cast<int64_t>(word * 64 + static_cast<size_t>(std::countr_zero(bits)));
         ids.push_back(id);
-        const float* row = dense.data() + static_cast<size_t>(id) * w;
+        const T* row = dense.data() + static_cast<size_t>(id) * w;
         values.insert(values.end(), row, row + w);
       }
     }
     return SparseTensor::FromSorted(local.rows(), local.width(), std::move(ids), std::move(values),
                                     local.name());
   }
-
-  // A dense bucket is reduced in place; presence is whatever is non-zero.
-  void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                   std::string_view tensor, const SyncOptions&) override {
-    // rows x width without wrapping: rows 2^62 + 1 x width 4 is not a
-    // 4-float buffer.
-    const Where where{comm.rank(), tensor};
-    const size_t bytes = CheckedBytes(rows, width, sizeof(float), where, "dense: rows x width x 4");
-    if (buffer.size() != bytes / sizeof(float)) {
-      throw InvalidArgument(where, "dense buffer has ", buffer.size(), " floats, expected rows ",
-                            rows, " x width ", width, " = ", bytes / sizeof(float));
-    }
-    RingAllReduce(comm, buffer, [](float& a, float b) { a += b; });
-  }
 };
 
 }  // namespace
 
 SchemeInfo DenseRingInfo() {
-  return {"dense", "dense ring AllReduce (reduce-scatter + allgather) of the densified tensor",
-          [](const SchemeOptions& o) {
-            ValidateSchemeOptions(o, "dense");
-            return std::make_unique<DenseRing>();
-          }};
+  SchemeInfo info{"dense",
+                  "dense ring AllReduce (reduce-scatter + allgather) of the densified tensor",
+                  [](const SchemeOptions& o) {
+                    ValidateSchemeOptions(o, "dense");
+                    return std::make_unique<DenseRing>();
+                  }};
+  info.capabilities = kDenseRingCapabilities;
+  return info;
 }
 
 }  // namespace zen

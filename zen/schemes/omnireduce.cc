@@ -25,6 +25,7 @@ constexpr char kDescription[] =
 // 2^63 values.
 struct Geometry {
   int64_t rows, width, block_values, total;
+  size_t value_bytes = sizeof(float);  // of one value: the dtype's size
 
   int64_t blocks() const { return total / block_values + (total % block_values != 0 ? 1 : 0); }
   int64_t lo(int64_t b) const { return b * block_values; }
@@ -35,9 +36,9 @@ struct Geometry {
     const int64_t t = touched(b);
     return static_cast<size_t>(t / 8 + (t % 8 != 0 ? 1 : 0));
   }
-  // At most 8 + 2^27 + 2 + 4 x 2^30 bytes (block_values <= kMaxBlockValues).
+  // At most 8 + 2^27 + 2 + 8 x 2^30 bytes (block_values <= kMaxBlockValues).
   size_t record_bytes(int64_t b) const {
-    return sizeof(uint64_t) + mask_bytes(b) + static_cast<size_t>(hi(b) - lo(b)) * sizeof(float);
+    return sizeof(uint64_t) + mask_bytes(b) + static_cast<size_t>(hi(b) - lo(b)) * value_bytes;
   }
 };
 
@@ -50,12 +51,14 @@ void CheckBlockValues(int64_t block_values) {
   }
 }
 
-Geometry MakeGeometry(int64_t rows, int64_t width, int64_t block_values, const Where& where) {
+Geometry MakeGeometry(int64_t rows, int64_t width, int64_t block_values, const Where& where,
+                      size_t value_bytes = sizeof(float)) {
   CheckBlockValues(block_values);
   if (rows < 0 || width < 0) {  // 0 is an empty tensor of no blocks (profiles, cost model)
     throw InvalidArgument(where, "omnireduce: shape [", rows, ", ", width, "] is negative");
   }
-  return {rows, width, block_values, CheckedMul(rows, width, where, "omnireduce: rows x width")};
+  return {rows, width, block_values, CheckedMul(rows, width, where, "omnireduce: rows x width"),
+          value_bytes};
 }
 
 // An upper bound on any message (the records of all blocks), saturating:
@@ -63,7 +66,7 @@ Geometry MakeGeometry(int64_t rows, int64_t width, int64_t block_values, const W
 int64_t MaxMessageBytes(const Geometry& g) {
   const long double mask = static_cast<long double>((g.block_values + 2 + 7) / 8 + 1);
   const long double bytes = static_cast<long double>(g.blocks()) * (sizeof(uint64_t) + mask) +
-                            static_cast<long double>(g.total) * sizeof(float);
+                            static_cast<long double>(g.total) * g.value_bytes;
   return bytes >= static_cast<long double>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(bytes);
 }
 
@@ -71,7 +74,7 @@ int64_t MaxMessageBytes(const Geometry& g) {
 struct Record {
   int64_t block;
   const std::byte* mask;
-  const std::byte* values;  // (hi - lo) floats, unaligned
+  const std::byte* values;  // (hi - lo) values of the dtype, unaligned
 };
 
 bool MaskBit(const std::byte* mask, int64_t j) {
@@ -90,14 +93,16 @@ void AppendLocalRecord(ByteBuffer& out, const Geometry& g, const SparseTensor& l
   std::byte* values = mask + g.mask_bytes(b);
   const int64_t first = g.first_row(b), last = first + g.touched(b) - 1;
   const auto ids = local.ids();
+  const std::byte* rows = local.value_bytes().data();
+  const int64_t vb = static_cast<int64_t>(g.value_bytes);
   for (; k < ids.size() && ids[k] <= last; ++k) {
     const int64_t id = ids[k], j = id - first;
     mask[j / 8] |= std::byte{static_cast<unsigned char>(1u << (j % 8))};
     const int64_t from = std::max(g.lo(b), id * g.width),
                   to = std::min(g.hi(b), (id + 1) * g.width);
-    std::memcpy(values + (from - g.lo(b)) * static_cast<int64_t>(sizeof(float)),
-                local.row(k).data() + (from - id * g.width),
-                static_cast<size_t>(to - from) * sizeof(float));
+    std::memcpy(values + (from - g.lo(b)) * vb,
+                rows + (static_cast<int64_t>(k) * g.width + (from - id * g.width)) * vb,
+                static_cast<size_t>((to - from) * vb));
   }
 }
 
@@ -158,20 +163,22 @@ std::vector<Record> Parse(std::span<const std::byte> bytes, const Geometry& g, i
 }
 
 // Sums records of the same block (in source order) into one record each.
+// T: the value type (float, double).
+template <typename T>
 ByteBuffer Aggregate(const Geometry& g, std::vector<std::pair<int, Record>> parts) {
   std::stable_sort(parts.begin(), parts.end(),
                    [](const auto& a, const auto& b) { return a.second.block < b.second.block; });
   ByteBuffer out;
-  std::vector<float> sum, add;
+  std::vector<T> sum, add;
   for (size_t i = 0; i < parts.size();) {
     const int64_t b = parts[i].second.block;
     const size_t len = static_cast<size_t>(g.hi(b) - g.lo(b)), mb = g.mask_bytes(b);
-    sum.assign(len, 0.0f);
+    sum.assign(len, T{0});
     add.resize(len);
     std::vector<std::byte> mask(mb, std::byte{0});
     for (; i < parts.size() && parts[i].second.block == b; ++i) {
-      std::memcpy(add.data(), parts[i].second.values, len * sizeof(float));
-      AddInto(sum, add);
+      std::memcpy(add.data(), parts[i].second.values, len * sizeof(T));
+      AddInto(std::span<T>(sum), std::span<const T>(add));
       for (size_t m = 0; m < mb; ++m) mask[m] |= parts[i].second.mask[m];
     }
     const size_t start = out.size();
@@ -179,14 +186,15 @@ ByteBuffer Aggregate(const Geometry& g, std::vector<std::pair<int, Record>> part
     const uint64_t index = static_cast<uint64_t>(b);
     std::memcpy(out.data() + start, &index, sizeof(index));
     std::memcpy(out.data() + start + sizeof(index), mask.data(), mb);
-    std::memcpy(out.data() + start + sizeof(index) + mb, sum.data(), len * sizeof(float));
+    std::memcpy(out.data() + start + sizeof(index) + mb, sum.data(), len * sizeof(T));
   }
   return out;
 }
 
 // Appends the present rows of summed records (blocks ascending) to ids/values.
+template <typename T>
 void DecodeInto(const Geometry& g, const std::vector<Record>& records, std::vector<int64_t>& ids,
-                std::vector<float>& values) {
+                std::vector<T>& values) {
   const size_t w = static_cast<size_t>(g.width);
   for (const Record& r : records) {
     const int64_t first = g.first_row(r.block);
@@ -195,19 +203,24 @@ void DecodeInto(const Geometry& g, const std::vector<Record>& records, std::vect
       const int64_t id = first + j;
       if (ids.empty() || ids.back() != id) {
         ids.push_back(id);
-        values.resize(values.size() + w, 0.0f);
+        values.resize(values.size() + w, T{0});
       }
       const int64_t from = std::max(g.lo(r.block), id * g.width);
       const int64_t to = std::min(g.hi(r.block), (id + 1) * g.width);
       std::memcpy(values.data() + values.size() - w + static_cast<size_t>(from - id * g.width),
-                  r.values + (from - g.lo(r.block)) * static_cast<int64_t>(sizeof(float)),
-                  static_cast<size_t>(to - from) * sizeof(float));
+                  r.values + (from - g.lo(r.block)) * static_cast<int64_t>(sizeof(T)),
+                  static_cast<size_t>(to - from) * sizeof(T));
     }
   }
 }
 
+// float64 summed in float64 (a block's sum is one kernel per value type).
+constexpr SyncCapabilities kOmniReduceCapabilities{.narrow_values = false, .sum_order = false,
+                                                   .float64 = true};
+
 class OmniReduce final : public Scheme {
  public:
+  SyncCapabilities capabilities() const override { return kOmniReduceCapabilities; }
   explicit OmniReduce(const SchemeOptions& options) : block_values_(options.block_values) {
     ValidateSchemeOptions(options, "omnireduce");
   }
@@ -224,10 +237,17 @@ class OmniReduce final : public Scheme {
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
                       const SyncOptions&) override {
+    return WithValueType(local.dtype(), [&]<typename T>() { return Sum<T>(comm, local); });
+  }
+
+ private:
+  template <typename T>
+  SparseTensor Sum(Communicator& comm, const SparseTensor& local) const {
     const int n = comm.size(), me = comm.rank();
     if (n == 1) return local;
     const Where where{me, local.name()};
-    const Geometry g = MakeGeometry(local.rows(), local.width(), block_values_, where);
+    const Geometry g =
+        MakeGeometry(local.rows(), local.width(), block_values_, where, sizeof(T));
     const int64_t nb = g.blocks();
     const std::vector<int64_t> bounds = BalancedChunkBounds(nb, n);
     const auto range = [&](int o) {
@@ -245,11 +265,11 @@ class OmniReduce final : public Scheme {
       const auto& bytes = q == me ? own : got[static_cast<size_t>(q)];
       for (const Record& r : Parse(bytes, g, lo, hi, where, q)) parts.emplace_back(q, r);
     }
-    const ByteBuffer served = Aggregate(g, std::move(parts));
+    const ByteBuffer served = Aggregate<T>(g, std::move(parts));
 
     const std::vector<ByteBuffer> all = AllGatherV(comm, served, MaxMessageBytes(g));
     std::vector<int64_t> ids;
-    std::vector<float> values;
+    std::vector<T> values;
     for (int o = 0; o < n; ++o) {
       const auto [olo, ohi] = range(o);
       const auto& bytes = o == me ? served : all[static_cast<size_t>(o)];
@@ -259,7 +279,6 @@ class OmniReduce final : public Scheme {
                                     local.name());
   }
 
- private:
   int64_t block_values_;
 };
 
@@ -281,6 +300,7 @@ SchemeInfo OmniReduceInfo() {
   SchemeInfo info{"omnireduce", kDescription,
                   [](const SchemeOptions& o) { return std::make_unique<OmniReduce>(o); }};
   info.rank_order = true;  // each block's owner adds the ranks' blocks in rank order
+  info.capabilities = kOmniReduceCapabilities;
   return info;
 }
 

@@ -47,18 +47,26 @@ std::string SumOrderName(std::span<const SumStep> order) {
 }
 
 std::string MissingCapability(const SyncCapabilities& capabilities, const SyncOptions& options,
-                              bool dense) {
-  if (options.values != WireValues::kFloat32 && !capabilities.narrow_values) {
-    return detail::Concat(WireValuesName(options.values), " values on the wire");
+                              bool dense, DType dtype) {
+  if (dtype == DType::kFloat64 && !capabilities.float64) return "float64 values";
+  const bool ordered = dtype == DType::kFloat64 ? capabilities.float64_sum_order
+                                                : capabilities.sum_order;
+  if (options.values != WireValues::kFloat32 &&
+      (!capabilities.narrow_values || dtype != DType::kFloat32)) {
+    return detail::Concat(WireValuesName(options.values), " values on the wire",
+                          dtype != DType::kFloat32 ? " for " : "",
+                          dtype != DType::kFloat32 ? DTypeName(dtype) : "",
+                          dtype != DType::kFloat32 ? " values (float32 only)" : "");
   }
-  if (!options.sum_order.empty() && (!capabilities.sum_order || !dense)) return "a sum order";
+  if (!options.sum_order.empty() && (!ordered || !dense)) {
+    return dtype == DType::kFloat64 ? "a sum order on float64 values" : "a sum order";
+  }
   return {};
 }
 
 namespace {
 
 constexpr uint64_t kMetaMagic = 0x7A656E6D65746132ULL;  // "zenmeta2"
-constexpr uint64_t kDtypeF32 = 1;
 constexpr uint64_t kBadInputFlag = uint64_t{1} << 8;
 
 // A stable fingerprint of a scheme id or a call's identity.
@@ -121,7 +129,11 @@ std::string Difference(const Meta& mine, const Meta& other) {
   if (other.scheme != mine.scheme) return "a different scheme";
   if (other.rows != mine.rows) return detail::Concat("rows ", other.rows, " vs ", mine.rows);
   if (other.width != mine.width) return detail::Concat("width ", other.width, " vs ", mine.width);
-  if ((other.flags & 0xff) != (mine.flags & 0xff)) return "a different dtype";
+  if ((other.flags & 0xff) != (mine.flags & 0xff)) {
+    return detail::Concat("a different dtype (",
+                          DTypeName(static_cast<DType>(other.flags & 0xff)), " vs ",
+                          DTypeName(static_cast<DType>(mine.flags & 0xff)), ")");
+  }
   if ((other.flags >> kSettingsShift) != (mine.flags >> kSettingsShift)) {
     return "other settings of the scheme";
   }
@@ -137,7 +149,7 @@ Support Scheme::supports(const SparsityProfile&) const { return Support::Yes(); 
 
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
                      std::string_view tensor, const std::string& local_error,
-                     std::string_view settings) {
+                     std::string_view settings, DType dtype) {
   const Where where{comm.rank(), tensor};
   if (!comm.out_of_step().empty()) {
     // Pairing this call with whatever the peers send now would sum tensors
@@ -150,7 +162,8 @@ void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, 
   const Meta mine{kMetaMagic,     rows,
                   width,          Fingerprint(scheme),
                   comm.NextTag(), Identity(tensor),
-                  kDtypeF32 | (local_error.empty() ? 0 : kBadInputFlag) | SettingsKey(settings)};
+                  static_cast<uint64_t>(dtype) | (local_error.empty() ? 0 : kBadInputFlag) |
+                      SettingsKey(settings)};
   const int n = comm.size();
   std::vector<Meta> all(static_cast<size_t>(n));
   all[static_cast<size_t>(comm.rank())] = mine;
@@ -208,10 +221,10 @@ void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, 
 }
 
 void Scheme::Reject(Communicator& comm, int64_t rows, int64_t width, std::string_view tensor,
-                    const std::string& error) {
+                    const std::string& error, DType dtype) {
   if (check_agreement_) {
     try {
-      CheckRanksAgree(comm, name(), rows, width, tensor, error, shared_settings());
+      CheckRanksAgree(comm, name(), rows, width, tensor, error, shared_settings(), dtype);
     } catch (const InvalidArgument&) {  // ours, rethrown below without the prefix twice
     }
   }
@@ -253,13 +266,14 @@ auto Guarded(const Where& where, std::string_view scheme, Fn&& fn) -> decltype(f
 
 // What is wrong with a call's options for `scheme` over `world` ranks, or
 // empty.
-std::string CallError(const Scheme& scheme, const SyncOptions& options, bool dense, int world) {
+std::string CallError(const Scheme& scheme, const SyncOptions& options, bool dense, int world,
+                      DType dtype) {
   const auto v = static_cast<int>(options.values);
   if (v < 0 || v > static_cast<int>(WireValues::kFloat16)) {
     return detail::Concat("wire values ", v,
                           " is not one of float32 (0), bfloat16 (1), float16 (2)");
   }
-  const std::string missing = MissingCapability(scheme.capabilities(), options, dense);
+  const std::string missing = MissingCapability(scheme.capabilities(), options, dense, dtype);
   if (!missing.empty()) {
     return detail::Concat("scheme '", scheme.name(), "' does not take ", missing,
                           !dense && !options.sum_order.empty() && scheme.capabilities().sum_order
@@ -289,10 +303,10 @@ std::string CallSettings(const Scheme& scheme, const SyncOptions& options) {
 SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local,
                           const SyncOptions& options) {
   std::string error = ShapeError(local.rows(), local.width());
-  if (error.empty()) error = CallError(*this, options, /*dense=*/false, comm.size());
+  if (error.empty()) error = CallError(*this, options, /*dense=*/false, comm.size(), local.dtype());
   if (check_agreement_) {
     CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error,
-                    CallSettings(*this, options));
+                    CallSettings(*this, options), local.dtype());
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
@@ -302,14 +316,14 @@ SparseTensor Scheme::Sync(Communicator& comm, const SparseTensor& local,
   return sum;
 }
 
-void Scheme::SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                      float divisor, const SyncOptions& options) {
+void Scheme::SyncIntoValues(Communicator& comm, const SparseTensor& local, DenseValues out,
+                            double divisor, const SyncOptions& options) {
   std::string error = ShapeError(local.rows(), local.width());
   if (error.empty()) error = SyncIntoError(local, out, divisor);
-  if (error.empty()) error = CallError(*this, options, /*dense=*/false, comm.size());
+  if (error.empty()) error = CallError(*this, options, /*dense=*/false, comm.size(), local.dtype());
   if (check_agreement_) {
     CheckRanksAgree(comm, name(), local.rows(), local.width(), local.name(), error,
-                    CallSettings(*this, options));
+                    CallSettings(*this, options), local.dtype());
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), local.name()}, error);
   }
@@ -317,12 +331,16 @@ void Scheme::SyncInto(Communicator& comm, const SparseTensor& local, std::span<f
           [&] { DoSyncInto(comm, local, out, divisor, options); });
 }
 
-void Scheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                        float divisor, const SyncOptions& options) {
+void Scheme::DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out,
+                        double divisor, const SyncOptions& options) {
   WriteInto(DoSync(comm, local, options), out, divisor);
 }
 
-std::string SyncIntoError(const SparseTensor& local, std::span<const float> out, float divisor) {
+std::string SyncIntoError(const SparseTensor& local, DenseValues out, double divisor) {
+  if (out.dtype != local.dtype()) {
+    return detail::Concat("dense output of dtype ", DTypeName(out.dtype), " for a ",
+                          DTypeName(local.dtype()), " tensor");
+  }
   if (out.size() != static_cast<size_t>(local.rows()) * static_cast<size_t>(local.width())) {
     return detail::Concat("dense output has ", out.size(), " floats, expected rows ", local.rows(),
                           " x width ", local.width());
@@ -333,28 +351,33 @@ std::string SyncIntoError(const SparseTensor& local, std::span<const float> out,
   // Compared as addresses: the buffers are unrelated objects.
   const auto overlaps = [&](const void* p, size_t bytes) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t o = reinterpret_cast<uintptr_t>(out.data());
-    return bytes > 0 && !out.empty() && a < o + out.size_bytes() && o < a + bytes;
+    const uintptr_t o = reinterpret_cast<uintptr_t>(out.bytes.data());
+    return bytes > 0 && !out.bytes.empty() && a < o + out.bytes.size() && o < a + bytes;
   };
   if (overlaps(local.ids().data(), local.ids().size_bytes()) ||
-      overlaps(local.values().data(), local.values().size_bytes())) {
+      overlaps(local.value_bytes().data(), local.value_bytes().size())) {
     return "the dense output overlaps the sparse input's memory";
   }
   return {};
 }
 
-void WriteInto(const SparseTensor& sum, std::span<float> out, float divisor) {
-  WriteRowsInto(sum.ids(), sum.values(), sum.width(), 0, out, divisor);
+void WriteInto(const SparseTensor& sum, DenseValues out, double divisor) {
+  WithValueType(sum.dtype(), [&]<typename T>() {
+    WriteRowsInto(sum.ids(), sum.values<T>(), sum.width(), 0, out.as<T>(), static_cast<T>(divisor));
+  });
 }
 
-void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
-                   int64_t first_id, std::span<float> out, float divisor) {
-  std::fill(out.begin(), out.end(), 0.0f);
+namespace {
+
+template <typename T>
+void WriteRowsIntoT(std::span<const int64_t> ids, std::span<const T> values, int64_t width,
+                    int64_t first_id, std::span<T> out, T divisor) {
+  std::fill(out.begin(), out.end(), T{0});
   const size_t w = static_cast<size_t>(width);
-  const float* v = values.data();
+  const T* v = values.data();
   for (size_t i = 0; i < ids.size(); ++i, v += w) {
-    float* dst = out.data() + static_cast<size_t>(ids[i] - first_id) * w;
-    if (divisor == 1.0f) {
+    T* dst = out.data() + static_cast<size_t>(ids[i] - first_id) * w;
+    if (divisor == T{1}) {
       std::copy_n(v, w, dst);
     } else {
       for (size_t k = 0; k < w; ++k) dst[k] = v[k] / divisor;
@@ -362,16 +385,28 @@ void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, 
   }
 }
 
-void Scheme::SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                       std::string_view tensor, const SyncOptions& options) {
+}  // namespace
+
+void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
+                   int64_t first_id, std::span<float> out, float divisor) {
+  WriteRowsIntoT(ids, values, width, first_id, out, divisor);
+}
+void WriteRowsInto(std::span<const int64_t> ids, std::span<const double> values, int64_t width,
+                   int64_t first_id, std::span<double> out, double divisor) {
+  WriteRowsIntoT(ids, values, width, first_id, out, divisor);
+}
+
+void Scheme::SyncDenseValues(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
+                             std::string_view tensor, const SyncOptions& options) {
   std::string error = ShapeError(rows, width);
   if (error.empty() && buffer.size() != static_cast<size_t>(rows) * static_cast<size_t>(width)) {
     error = detail::Concat("dense buffer has ", buffer.size(), " floats, expected rows ", rows,
                            " x width ", width);
   }
-  if (error.empty()) error = CallError(*this, options, /*dense=*/true, comm.size());
+  if (error.empty()) error = CallError(*this, options, /*dense=*/true, comm.size(), buffer.dtype);
   if (check_agreement_) {
-    CheckRanksAgree(comm, name(), rows, width, tensor, error, CallSettings(*this, options));
+    CheckRanksAgree(comm, name(), rows, width, tensor, error, CallSettings(*this, options),
+                    buffer.dtype);
   } else if (!error.empty()) {
     throw InvalidArgument(Where{comm.rank(), tensor}, error);
   }
@@ -379,11 +414,15 @@ void Scheme::SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows
           [&] { DoSyncDense(comm, buffer, rows, width, tensor, options); });
 }
 
-void Scheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
+void Scheme::DoSyncDense(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
                          std::string_view tensor, const SyncOptions& options) {
-  const SparseTensor local = SparseTensor::FromDense(buffer, rows, width, std::string(tensor));
-  const SparseTensor sum = DoSync(comm, local, options);
-  sum.ToDense(buffer);
+  WithValueType(buffer.dtype, [&]<typename T>() {
+    const std::span<T> values = buffer.as<T>();
+    const SparseTensor local =
+        SparseTensor::FromDense<T>(values, rows, width, std::string(tensor));
+    const SparseTensor sum = DoSync(comm, local, options);
+    sum.ToDense<T>(values);
+  });
 }
 
 }  // namespace zen

@@ -22,9 +22,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "zen/comm/communicator.h"
+#include "zen/core/dtype.h"
 #include "zen/core/wire_values.h"
 #include "zen/core/sparse_tensor.h"
 
@@ -82,13 +84,15 @@ void ValidateSchemeOptions(const SchemeOptions& options, std::string_view scheme
 using SumStep = std::pair<int64_t, int>;
 
 // What a scheme can do per call beyond float32 values summed in its own
-// order. Declared once per scheme: in its registry entry
+// order (float32 tensors are summed by every scheme). Declared once per scheme: in its registry entry
 // (SchemeInfo::capabilities, which the engine reads before building it) and
 // by the built object (Scheme::capabilities(), which Sync checks); the two
 // are one constant of the scheme's file (registry_test compares them).
 struct SyncCapabilities {
   bool narrow_values = false;  // SyncOptions::values other than float32
   bool sum_order = false;      // SyncOptions::sum_order, on SyncDense
+  bool float64 = false;        // float64 tensors, summed in float64
+  bool float64_sum_order = false;  // SyncOptions::sum_order on SyncDense of float64
   friend bool operator==(const SyncCapabilities&, const SyncCapabilities&) = default;
 };
 
@@ -115,12 +119,44 @@ std::string SumOrderError(std::span<const SumStep> order, int world);
 // "ranks" (ascending), or the steps' count and a digest: how a sum order is
 // named in agreement checks and errors.
 std::string SumOrderName(std::span<const SumStep> order);
-// What `options` ask that `capabilities` lack, named for an error
-// ("bfloat16 values on the wire", "a sum order"), or empty. `dense`: a
-// SyncDense call (a sum order is for dense calls only: asked of a sparse
-// call it is named too).
+// What `options` on values of `dtype` ask that `capabilities` lack, named
+// for an error ("bfloat16 values on the wire", "a sum order", "float64
+// values"), or empty. `dense`: a SyncDense call (a sum order is for dense
+// calls only: asked of a sparse call it is named too). Half-width wire
+// values are for float32 values only (a float64 tensor asking them is named
+// too).
 std::string MissingCapability(const SyncCapabilities& capabilities, const SyncOptions& options,
-                              bool dense);
+                              bool dense, DType dtype = DType::kFloat32);
+
+// A caller's dense [rows x width] buffer: its values as bytes and their
+// dtype (what the virtual entries of a scheme take, so that one signature
+// serves every dtype; a scheme reads it as<T>() once per call).
+struct DenseValues {
+  DType dtype = DType::kFloat32;
+  std::span<std::byte> bytes;
+  DenseValues() = default;
+  DenseValues(std::span<float> v)  // NOLINT(google-explicit-constructor): a float32 buffer
+      : dtype(DType::kFloat32), bytes(std::as_writable_bytes(v)) {}
+  DenseValues(std::span<double> v)  // NOLINT(google-explicit-constructor): a float64 buffer
+      : dtype(DType::kFloat64), bytes(std::as_writable_bytes(v)) {}
+  // From anything that is a span of floats or doubles (a vector).
+  template <typename R>
+    requires(std::is_convertible_v<R &&, std::span<float>> &&
+             !std::is_same_v<std::remove_cvref_t<R>, std::span<float>>)
+  DenseValues(R&& r) : DenseValues(std::span<float>(r)) {}  // NOLINT
+  template <typename R>
+    requires(std::is_convertible_v<R &&, std::span<double>> &&
+             !std::is_same_v<std::remove_cvref_t<R>, std::span<double>>)
+  DenseValues(R&& r) : DenseValues(std::span<double>(r)) {}  // NOLINT
+  static DenseValues Of(std::span<float> v) { return DenseValues(v); }
+  static DenseValues Of(std::span<double> v) { return DenseValues(v); }
+  size_t size() const { return bytes.size() / DTypeSize(dtype); }
+  // The values as T, the dtype's value type.
+  template <typename T>
+  std::span<T> as() const {
+    return {reinterpret_cast<T*>(bytes.data()), bytes.size() / sizeof(T)};
+  }
+};
 
 class Scheme {
  public:
@@ -145,8 +181,15 @@ class Scheme {
   // Dense-buffer entry: buffer is [rows x width] row-major; rows that are
   // all zero are not sent; the global sum is written back into buffer.
   // `tensor` is the call's identity, as local.name() is for Sync.
+  // A float64 buffer is summed in float64 (capability float64).
   void SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                 std::string_view tensor = {}, const SyncOptions& options = {});
+                 std::string_view tensor = {}, const SyncOptions& options = {}) {
+    SyncDenseValues(comm, DenseValues::Of(buffer), rows, width, tensor, options);
+  }
+  void SyncDense(Communicator& comm, std::span<double> buffer, int64_t rows, int64_t width,
+                 std::string_view tensor = {}, const SyncOptions& options = {}) {
+    SyncDenseValues(comm, DenseValues::Of(buffer), rows, width, tensor, options);
+  }
 
   // Sparse in, dense out: writes the global sum of `local`, each value
   // divided by `divisor`, into `out` ([rows x width] row-major) and zeros
@@ -157,9 +200,21 @@ class Scheme {
   // the same as dividing Sync's result. `out` must not overlap `local`'s
   // memory; after an error its contents are unspecified. Errors as Sync;
   // an `out` of the wrong size or a divisor that is not finite and > 0 is
-  // InvalidArgument, raised on every rank.
+  // InvalidArgument, raised on every rank. `out` has local's dtype (float64:
+  // each value sum / divisor in double).
   void SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                float divisor = 1.0f, const SyncOptions& options = {});
+                float divisor = 1.0f, const SyncOptions& options = {}) {
+    SyncIntoValues(comm, local, DenseValues::Of(out), divisor, options);
+  }
+  void SyncInto(Communicator& comm, const SparseTensor& local, std::span<double> out,
+                double divisor = 1.0, const SyncOptions& options = {}) {
+    SyncIntoValues(comm, local, DenseValues::Of(out), divisor, options);
+  }
+  // SyncDense and SyncInto on a buffer of any dtype (the engine's batches).
+  void SyncDenseValues(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
+                       std::string_view tensor, const SyncOptions& options);
+  void SyncIntoValues(Communicator& comm, const SparseTensor& local, DenseValues out,
+                      double divisor, const SyncOptions& options);
 
   // What this scheme does per call beyond the defaults (its registry
   // entry's SchemeInfo::capabilities).
@@ -172,7 +227,8 @@ class Scheme {
   // bindings use it for argument conversion failures), so that no peer pairs
   // this call with its next one.
   [[noreturn]] void Reject(Communicator& comm, int64_t rows, int64_t width,
-                           std::string_view tensor, const std::string& error);
+                           std::string_view tensor, const std::string& error,
+                           DType dtype = DType::kFloat32);
 
   // The metadata exchange before data moves (on by default); off when the
   // caller has already agreed on the call by other means.
@@ -195,13 +251,15 @@ class Scheme {
                               const SyncOptions& options) = 0;
   // Override when the scheme can consume a dense buffer directly (ZEN's
   // hierarchical-hash extraction). The default extracts non-zero rows,
-  // calls DoSync and scatters the result back.
-  virtual void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
-                           int64_t width, std::string_view tensor, const SyncOptions& options);
+  // calls DoSync and scatters the result back. `buffer` is float32, or
+  // float64 where the scheme declares it.
+  virtual void DoSyncDense(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
+                           std::string_view tensor, const SyncOptions& options);
   // Override when the scheme can write its result straight into a dense
   // buffer. The default calls DoSync and scatters the result (WriteInto).
-  virtual void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                          float divisor, const SyncOptions& options);
+  // `out` has local's dtype.
+  virtual void DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out,
+                          double divisor, const SyncOptions& options);
   // For a scheme that dispatches to another (auto): runs `target`'s
   // algorithm on input this scheme's Sync already validated and agreed on,
   // without re-entering Sync (no second validation or metadata exchange).
@@ -210,7 +268,7 @@ class Scheme {
     return target.DoSync(comm, local, options);
   }
   static void DispatchInto(Scheme& target, Communicator& comm, const SparseTensor& local,
-                           std::span<float> out, float divisor, const SyncOptions& options = {}) {
+                           DenseValues out, double divisor, const SyncOptions& options = {}) {
     target.DoSyncInto(comm, local, out, divisor, options);
   }
 
@@ -218,19 +276,21 @@ class Scheme {
   bool check_agreement_ = true;
 };
 
-// What is wrong with SyncInto's output and divisor for `local` (size, the
-// divisor, memory shared with the input), or empty. The shape itself is
+// What is wrong with SyncInto's output and divisor for `local` (size, dtype,
+// the divisor, memory shared with the input), or empty. The shape itself is
 // checked apart.
-std::string SyncIntoError(const SparseTensor& local, std::span<const float> out, float divisor);
+std::string SyncIntoError(const SparseTensor& local, DenseValues out, double divisor);
 
-// Zeros `out` ([sum.rows() x sum.width()]) and writes each of sum's values
-// divided by `divisor` at its place (SyncInto's contract; what DoSyncInto's
-// default does with DoSync's result).
-void WriteInto(const SparseTensor& sum, std::span<float> out, float divisor);
+// Zeros `out` ([sum.rows() x sum.width()], sum's dtype) and writes each of
+// sum's values divided by `divisor` at its place (SyncInto's contract; what
+// DoSyncInto's default does with DoSync's result).
+void WriteInto(const SparseTensor& sum, DenseValues out, double divisor);
 // The same for rows given apart: ids (ascending) minus first_id index the
 // [rows x width] `out` (zeroed first); values holds ids.size() x width.
 void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
                    int64_t first_id, std::span<float> out, float divisor);
+void WriteRowsInto(std::span<const int64_t> ids, std::span<const double> values, int64_t width,
+                   int64_t first_id, std::span<double> out, double divisor);
 
 // The tag reserved for the metadata exchange (collectives use NextTag(),
 // which starts above it), so the exchange matches even when ranks have
@@ -255,8 +315,10 @@ inline constexpr Tag kControlTag = 0;
 //     48-bit fingerprint travels, and each rank's error names its own
 //     settings); the communicator stays usable.
 // Sends (n-1) x 56 bytes per rank. Called by Sync/SyncDense/Reject.
+// `dtype`: the values' dtype (ranks with different dtypes raise
+// MismatchError on every rank).
 void CheckRanksAgree(Communicator& comm, std::string_view scheme, int64_t rows, int64_t width,
                      std::string_view tensor, const std::string& local_error = {},
-                     std::string_view settings = {});
+                     std::string_view settings = {}, DType dtype = DType::kFloat32);
 
 }  // namespace zen

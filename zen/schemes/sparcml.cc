@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,55 +25,62 @@ size_t BitmapWords(int64_t rows) { return (static_cast<size_t>(rows) + 63) / 64;
 
 // The accumulated sum of a group of ranks, in either form. Kept by the
 // scheme across calls, so that its vectors keep their capacity.
+// T: the value type (float, double).
+template <typename T>
 struct Stream {
   int64_t rows = 0;
   int64_t width = 0;
   bool dense = false;
   std::vector<int64_t> ids;        // when !dense: sorted, unique
-  std::vector<float> values;       // when !dense: ids.size() x width
+  std::vector<T> values;           // when !dense: ids.size() x width
   std::vector<uint64_t> present;   // when dense: bit id set = row id present
-  std::vector<float> dense_values; // when dense: rows x width
+  std::vector<T> dense_values;     // when dense: rows x width
   int64_t nnz = 0;
 };
 
-void Load(Stream& s, const SparseTensor& t) {
+template <typename T>
+void Load(Stream<T>& s, const SparseTensor& t) {
   s.rows = t.rows();
   s.width = t.width();
   s.dense = false;
   s.ids.assign(t.ids().begin(), t.ids().end());
-  s.values.assign(t.values().begin(), t.values().end());
+  s.values.assign(t.values<T>().begin(), t.values<T>().end());
   s.nnz = static_cast<int64_t>(t.nnz());
 }
 
 // Adds COO rows into a dense stream.
-void AddSparse(Stream& acc, std::span<const int64_t> ids, std::span<const float> values) {
+template <typename T>
+void AddSparse(Stream<T>& acc, std::span<const int64_t> ids, std::span<const T> values) {
   const size_t w = static_cast<size_t>(acc.width);
   for (size_t i = 0; i < ids.size(); ++i) {
     const size_t id = static_cast<size_t>(ids[i]);
-    AddInto(std::span<float>(acc.dense_values).subspan(id * w, w), values.subspan(i * w, w));
+    AddInto(std::span<T>(acc.dense_values).subspan(id * w, w), values.subspan(i * w, w));
     acc.present[id / 64] |= 1ULL << (id % 64);
   }
 }
 
 // With present / dense_values set: adds the stream's own COO rows into
 // them and makes the dense form the stream's.
-void FoldRowsIntoDense(Stream& s) {
+template <typename T>
+void FoldRowsIntoDense(Stream<T>& s) {
   s.dense = true;
-  AddSparse(s, s.ids, s.values);
+  AddSparse<T>(s, s.ids, s.values);
   s.ids.clear();
   s.values.clear();
 }
 
-void Densify(Stream& s) {
+template <typename T>
+void Densify(Stream<T>& s) {
   if (s.dense) return;
   s.present.assign(BitmapWords(s.rows), 0);
-  s.dense_values.assign(static_cast<size_t>(s.rows) * static_cast<size_t>(s.width), 0.0f);
+  s.dense_values.assign(static_cast<size_t>(s.rows) * static_cast<size_t>(s.width), T{0});
   FoldRowsIntoDense(s);  // onto zeros: the rows themselves
 }
 
 // Switches to the dense form when the COO form has become larger.
-void Normalize(Stream& s) {
-  if (!s.dense && SparcmlIsDense(s.nnz, s.rows, s.width)) Densify(s);
+template <typename T>
+void Normalize(Stream<T>& s) {
+  if (!s.dense && SparcmlIsDense(s.nnz, s.rows, s.width, sizeof(T))) Densify(s);
 }
 
 int64_t CountPresent(std::span<const uint64_t> present) {
@@ -81,34 +89,37 @@ int64_t CountPresent(std::span<const uint64_t> present) {
   return c;
 }
 
-void EncodeInto(const Stream& s, ByteBuffer& out) {
+template <typename T>
+void EncodeInto(const Stream<T>& s, ByteBuffer& out) {
   out.clear();
   if (!s.dense) {
-    AppendCoo(out, s.ids, s.values);
+    AppendCoo(out, s.ids, std::span<const T>(s.values));
     return;
   }
-  out.resize(SparcmlDenseBytes(s.rows, s.width));
+  out.resize(SparcmlDenseBytes(s.rows, s.width, sizeof(T)));
   const size_t bitmap = s.present.size() * sizeof(uint64_t);
   std::memcpy(out.data(), s.present.data(), bitmap);
   if (!s.dense_values.empty()) {
-    std::memcpy(out.data() + bitmap, s.dense_values.data(), s.dense_values.size() * sizeof(float));
+    std::memcpy(out.data() + bitmap, s.dense_values.data(), s.dense_values.size() * sizeof(T));
   }
 }
 
 // What a received stream holds, checked and viewed in place (the message
 // outlives the views): COO rows, or a presence bitmap and all values.
+template <typename T>
 struct Incoming {
   bool dense = false;
   std::span<const int64_t> ids;
-  std::span<const float> values;
+  std::span<const T> values;
   std::span<const uint64_t> present;
 };
 
-Incoming View(std::span<const std::byte> bytes, int64_t nnz, int64_t rows, int64_t width,
-              const Where& where, int sender) {
-  Incoming in;
-  if (!SparcmlIsDense(nnz, rows, width)) {
-    const CooView v = ViewCoo(bytes, rows, width, where, sender);
+template <typename T>
+Incoming<T> View(std::span<const std::byte> bytes, int64_t nnz, int64_t rows, int64_t width,
+                 const Where& where, int sender) {
+  Incoming<T> in;
+  if (!SparcmlIsDense(nnz, rows, width, sizeof(T))) {
+    const CooViewOf<T> v = ViewCoo<T>(bytes, rows, width, where, sender);
     in.ids = v.ids;
     in.values = v.values;
     return in;
@@ -118,7 +129,7 @@ Incoming View(std::span<const std::byte> bytes, int64_t nnz, int64_t rows, int64
   in.dense = true;
   const size_t words = BitmapWords(rows);
   in.present = std::span(reinterpret_cast<const uint64_t*>(bytes.data()), words);
-  in.values = std::span(reinterpret_cast<const float*>(bytes.data() + words * sizeof(uint64_t)),
+  in.values = std::span(reinterpret_cast<const T*>(bytes.data() + words * sizeof(uint64_t)),
                         static_cast<size_t>(rows) * static_cast<size_t>(width));
   if (rows % 64 != 0 && (in.present.back() >> (rows % 64)) != 0) {
     throw FormatError(where, "sparcml dense stream from rank ", sender, " marks rows at or beyond ",
@@ -132,13 +143,14 @@ Incoming View(std::span<const std::byte> bytes, int64_t nnz, int64_t rows, int64
 }
 
 // The result's two vectors: the call's only allocations in steady state.
-SparseTensor ToTensor(const Stream& s, const std::string& name) {
+template <typename T>
+SparseTensor ToTensor(const Stream<T>& s, const std::string& name) {
   if (!s.dense) {
     return SparseTensor::FromSorted(s.rows, s.width, s.ids, s.values, name);
   }
   const size_t w = static_cast<size_t>(s.width);
   std::vector<int64_t> ids;
-  std::vector<float> values;
+  std::vector<T> values;
   ids.reserve(static_cast<size_t>(s.nnz));
   values.reserve(static_cast<size_t>(s.nnz) * w);
   for (size_t word = 0; word < s.present.size(); ++word) {
@@ -159,14 +171,42 @@ std::span<std::byte> HeaderBytes(int64_t& v) {
   return std::as_writable_bytes(std::span<int64_t>(&v, 1));
 }
 
+// float64 summed in float64 (every kernel per value type).
+constexpr SyncCapabilities kSparcmlCapabilities{.narrow_values = false, .sum_order = false,
+                                                .float64 = true};
+
 class Sparcml final : public Scheme {
  public:
+  SyncCapabilities capabilities() const override { return kSparcmlCapabilities; }
   std::string_view name() const override { return "sparcml"; }
   std::string_view description() const override { return kDescription; }
 
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
                       const SyncOptions&) override {
+    return WithValueType(local.dtype(), [&]<typename T>() { return Sum<T>(comm, local); });
+  }
+
+ private:
+  // The accumulator and merge scratch of value type T, kept across calls.
+  template <typename T>
+  struct State {
+    Stream<T> acc;
+    std::vector<int64_t> merged_ids;
+    std::vector<T> merged_values;
+  };
+  template <typename T>
+  State<T>& StateOf() {
+    if constexpr (std::is_same_v<T, double>) {
+      return state64_;
+    } else {
+      return state32_;
+    }
+  }
+
+  template <typename T>
+  SparseTensor Sum(Communicator& comm, const SparseTensor& local) {
+    Stream<T>& acc = StateOf<T>().acc;
     const int n = comm.size(), me = comm.rank();
     if (n == 1) return local;
     if (plan_rank_ != me || plan_world_ != n) {  // the plan is kept: it has a vector
@@ -183,41 +223,45 @@ class Sparcml final : public Scheme {
     const Tag back_tag = comm.NextTag();
     const Where where{me, local.name()};
 
-    Load(acc_, local);
-    Normalize(acc_);
+    Load(acc, local);
+    Normalize(acc);
     if (plan.is_extra) {  // fold in, then wait for the result
-      SendStream(comm, plan.fold_partner, fold_tag);
-      const Incoming result = RecvStream(comm, plan.fold_partner, back_tag, local, where);
-      acc_.dense = false;  // empty, then the result merged in
-      acc_.ids.clear();
-      acc_.values.clear();
-      acc_.nnz = 0;
-      Merge(result);
-      return ToTensor(acc_, local.name());
+      SendStream<T>(comm, plan.fold_partner, fold_tag);
+      const Incoming<T> result = RecvStream<T>(comm, plan.fold_partner, back_tag, local, where);
+      acc.dense = false;  // empty, then the result merged in
+      acc.ids.clear();
+      acc.values.clear();
+      acc.nnz = 0;
+      Merge<T>(result);
+      return ToTensor(acc, local.name());
     }
-    if (plan.fold_partner >= 0) Merge(RecvStream(comm, plan.fold_partner, fold_tag, local, where));
+    if (plan.fold_partner >= 0) {
+      Merge<T>(RecvStream<T>(comm, plan.fold_partner, fold_tag, local, where));
+    }
     for (size_t i = 0; i < plan.partners.size(); ++i) {
-      Merge(Swap(comm, plan.partners[i], stage_tags_[i], local, where));
+      Merge<T>(Swap<T>(comm, plan.partners[i], stage_tags_[i], local, where));
     }
-    if (plan.fold_partner >= 0) SendStream(comm, plan.fold_partner, back_tag);
-    return ToTensor(acc_, local.name());
+    if (plan.fold_partner >= 0) SendStream<T>(comm, plan.fold_partner, back_tag);
+    return ToTensor(acc, local.name());
   }
 
- private:
-  // acc_ += other. Pairwise additions are commutative, so both partners of
+  // acc += other. Pairwise additions are commutative, so both partners of
   // a stage compute bit-identical sums.
-  void Merge(const Incoming& other) {
-    Stream& acc = acc_;
+  template <typename T>
+  void Merge(const Incoming<T>& other) {
+    State<T>& state = StateOf<T>();
+    Stream<T>& acc = state.acc;
     if (!acc.dense && !other.dense) {
       const size_t w = static_cast<size_t>(acc.width);
-      merged_ids_.resize(acc.ids.size() + other.ids.size());
-      merged_values_.resize(merged_ids_.size() * w);
-      const size_t count = MergeSumInto(acc.ids, acc.values, other.ids, other.values, acc.width,
-                                        merged_ids_.data(), merged_values_.data());
-      merged_ids_.resize(count);
-      merged_values_.resize(count * w);
-      std::swap(acc.ids, merged_ids_);
-      std::swap(acc.values, merged_values_);
+      state.merged_ids.resize(acc.ids.size() + other.ids.size());
+      state.merged_values.resize(state.merged_ids.size() * w);
+      const size_t count = MergeSumInto(acc.ids, std::span<const T>(acc.values), other.ids,
+                                        other.values, acc.width, state.merged_ids.data(),
+                                        state.merged_values.data());
+      state.merged_ids.resize(count);
+      state.merged_values.resize(count * w);
+      std::swap(acc.ids, state.merged_ids);
+      std::swap(acc.values, state.merged_values);
       acc.nnz = static_cast<int64_t>(count);
       Normalize(acc);
       return;
@@ -227,17 +271,19 @@ class Sparcml final : public Scheme {
       acc.dense_values.assign(other.values.begin(), other.values.end());
       FoldRowsIntoDense(acc);
     } else if (other.dense) {
-      AddInto(acc.dense_values, other.values);
+      AddInto(std::span<T>(acc.dense_values), other.values);
       for (size_t i = 0; i < acc.present.size(); ++i) acc.present[i] |= other.present[i];
     } else {
-      AddSparse(acc, other.ids, other.values);
+      AddSparse<T>(acc, other.ids, other.values);
     }
     acc.nnz = CountPresent(acc.present);
   }
 
+  template <typename T>
   void SendStream(Communicator& comm, int peer, Tag tag) {
-    const int64_t header = acc_.nnz;
-    EncodeInto(acc_, send_);
+    const Stream<T>& acc = StateOf<T>().acc;
+    const int64_t header = acc.nnz;
+    EncodeInto(acc, send_);
     auto h = comm.Send(peer, tag, HeaderBytes(header));
     auto b = comm.Send(peer, tag, send_);
     h->Wait();
@@ -255,7 +301,8 @@ class Sparcml final : public Scheme {
 
   // Sizes recv_ for a stream of nnz rows announced by peer.
   void PayloadFor(int64_t nnz, const SparseTensor& local, const Where& where, int peer) {
-    const size_t bytes = SparcmlStreamBytes(nnz, local.rows(), local.width());
+    const size_t bytes =
+        SparcmlStreamBytes(nnz, local.rows(), local.width(), DTypeSize(local.dtype()));
     if (bytes == SIZE_MAX) {
       throw FormatError(where, "sparcml header from rank ", peer, " announces ", nnz,
                         " rows of width ", local.width(), ": the stream size overflows size_t");
@@ -265,22 +312,25 @@ class Sparcml final : public Scheme {
 
   // Receives peer's stream into recv_; returns it checked and viewed there
   // (valid until the next receive).
-  Incoming RecvStream(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
-                      const Where& where) {
+  template <typename T>
+  Incoming<T> RecvStream(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
+                         const Where& where) {
     int64_t header = 0;
     comm.Recv(peer, tag, HeaderBytes(header))->Wait();
     const int64_t nnz = CheckedHeader(header, local, where, peer);
     PayloadFor(nnz, local, where, peer);
     comm.Recv(peer, tag, recv_)->Wait();
-    return View(recv_, nnz, local.rows(), local.width(), where, peer);
+    return View<T>(recv_, nnz, local.rows(), local.width(), where, peer);
   }
 
   // Both partners send their stream and receive the other's (into recv_,
   // returned as RecvStream does).
-  Incoming Swap(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
-                const Where& where) {
-    const int64_t my_header = acc_.nnz;
-    EncodeInto(acc_, send_);
+  template <typename T>
+  Incoming<T> Swap(Communicator& comm, int peer, Tag tag, const SparseTensor& local,
+                   const Where& where) {
+    const Stream<T>& acc = StateOf<T>().acc;
+    const int64_t my_header = acc.nnz;
+    EncodeInto(acc, send_);
     int64_t header = 0;
     auto rh = comm.Recv(peer, tag, HeaderBytes(header));
     auto sh = comm.Send(peer, tag, HeaderBytes(my_header));
@@ -291,15 +341,14 @@ class Sparcml final : public Scheme {
     comm.Recv(peer, tag, recv_)->Wait();
     sh->Wait();
     sb->Wait();
-    return View(recv_, nnz, local.rows(), local.width(), where, peer);
+    return View<T>(recv_, nnz, local.rows(), local.width(), where, peer);
   }
 
   // Kept across calls (capacity reused): steady-state calls allocate only
   // their result.
-  Stream acc_;
+  State<float> state32_;
+  State<double> state64_;
   ByteBuffer send_, recv_;
-  std::vector<int64_t> merged_ids_;
-  std::vector<float> merged_values_;
   std::vector<Tag> stage_tags_;
   RecursiveDoublingPlan plan_;
   int plan_rank_ = -1, plan_world_ = 0;
@@ -307,33 +356,35 @@ class Sparcml final : public Scheme {
 
 }  // namespace
 
-size_t SparcmlDenseBytes(int64_t rows, int64_t width) {
+size_t SparcmlDenseBytes(int64_t rows, int64_t width, size_t value_bytes) {
   if (rows < 0 || width < 0) return SIZE_MAX;
   size_t values = 0, out = 0;
   if (!TryMul(static_cast<size_t>(rows), static_cast<size_t>(width), values) ||
-      !TryMul(values, sizeof(float), values) ||
+      !TryMul(values, value_bytes, values) ||
       !TryAdd(values, BitmapWords(rows) * sizeof(uint64_t), out)) {
     return SIZE_MAX;
   }
   return out;
 }
 
-bool SparcmlIsDense(int64_t nnz, int64_t rows, int64_t width) {
-  const size_t dense = SparcmlDenseBytes(rows, width);
-  return dense != SIZE_MAX && CooBytes(static_cast<size_t>(nnz), width) > dense;
+bool SparcmlIsDense(int64_t nnz, int64_t rows, int64_t width, size_t value_bytes) {
+  const size_t dense = SparcmlDenseBytes(rows, width, value_bytes);
+  return dense != SIZE_MAX && CooBytes(static_cast<size_t>(nnz), width, value_bytes) > dense;
 }
 
-size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width) {
-  return SparcmlIsDense(nnz, rows, width) ? SparcmlDenseBytes(rows, width)
-                                          : CooBytes(static_cast<size_t>(nnz), width);
+size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width, size_t value_bytes) {
+  return SparcmlIsDense(nnz, rows, width, value_bytes)
+             ? SparcmlDenseBytes(rows, width, value_bytes)
+             : CooBytes(static_cast<size_t>(nnz), width, value_bytes);
 }
 
 SchemeInfo SparcmlInfo() {
-  return {"sparcml", kDescription,
-          [](const SchemeOptions& o) {
-            ValidateSchemeOptions(o, "sparcml");
-            return std::make_unique<Sparcml>();
-          }};
+  SchemeInfo info{"sparcml", kDescription, [](const SchemeOptions& o) {
+                    ValidateSchemeOptions(o, "sparcml");
+                    return std::make_unique<Sparcml>();
+                  }};
+  info.capabilities = kSparcmlCapabilities;
+  return info;
 }
 
 }  // namespace zen

@@ -35,12 +35,13 @@ namespace zen {
 // Bytes of the dense form of a stream: presence bitmap + all values,
 // saturating at SIZE_MAX when rows x width x 4 does not fit size_t (then the
 // dense form is never chosen: rows 2^62 with a few ids stay COO).
-size_t SparcmlDenseBytes(int64_t rows, int64_t width);
+size_t SparcmlDenseBytes(int64_t rows, int64_t width, size_t value_bytes = sizeof(float));
 // True when a stream of nnz rows travels in the dense form.
-bool SparcmlIsDense(int64_t nnz, int64_t rows, int64_t width);
+bool SparcmlIsDense(int64_t nnz, int64_t rows, int64_t width, size_t value_bytes = sizeof(float));
 // Bytes of a stream of nnz rows (without its 8-byte header); SIZE_MAX when
 // it does not fit size_t (a corrupt header: the receiver rejects it).
-size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width);
+size_t SparcmlStreamBytes(int64_t nnz, int64_t rows, int64_t width,
+                          size_t value_bytes = sizeof(float));
 
 SchemeInfo SparcmlInfo();
 // Its cost function (registry.h), defined at the end of sparcml.cc; BuiltinSchemes

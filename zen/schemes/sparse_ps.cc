@@ -20,14 +20,25 @@ size_t LowerIndex(std::span<const int64_t> ids, int64_t value) {
   return static_cast<size_t>(std::lower_bound(ids.begin(), ids.end(), value) - ids.begin());
 }
 
+// float64 summed in float64 (SumAll is one kernel per value type).
+constexpr SyncCapabilities kSparsePsCapabilities{.narrow_values = false, .sum_order = false,
+                                                 .float64 = true};
+
 class SparsePs final : public Scheme {
  public:
+  SyncCapabilities capabilities() const override { return kSparsePsCapabilities; }
   std::string_view name() const override { return "sparse_ps"; }
   std::string_view description() const override { return kDescription; }
 
  protected:
   SparseTensor DoSync(Communicator& comm, const SparseTensor& local,
                       const SyncOptions&) override {
+    return WithValueType(local.dtype(), [&]<typename T>() { return Sum<T>(comm, local); });
+  }
+
+ private:
+  template <typename T>
+  static SparseTensor Sum(Communicator& comm, const SparseTensor& local) {
     const int n = comm.size(), me = comm.rank();
     const int64_t rows = local.rows(), width = local.width();
     const size_t w = static_cast<size_t>(width);
@@ -36,7 +47,7 @@ class SparsePs final : public Scheme {
 
     // Push: the slice of local rows in each owner's range.
     const auto ids = local.ids();
-    const auto values = local.values();
+    const auto values = local.values<T>();
     std::vector<ByteBuffer> push(static_cast<size_t>(n));
     const std::vector<int64_t> bounds = BalancedChunkBounds(rows, n);
     std::vector<size_t> cut(bounds.size());
@@ -47,49 +58,51 @@ class SparsePs final : public Scheme {
       push[static_cast<size_t>(o)] =
           EncodeCoo(ids.subspan(b, e - b), values.subspan(b * w, (e - b) * w));
     }
-    const std::vector<ByteBuffer> got = AllToAllV(comm, push, CooBytesBound(rows, width));
+    const std::vector<ByteBuffer> got =
+        AllToAllV(comm, push, CooBytesBound(rows, width, sizeof(T)));
 
     // Serve: sum the pushes with this rank's own slice of its range.
     std::vector<SparseTensor> parts;
     parts.reserve(static_cast<size_t>(n));
     const size_t b = cut[static_cast<size_t>(me)], e = cut[static_cast<size_t>(me) + 1];
-    parts.push_back(SparseTensor::FromSorted(rows, width,
-                                             {ids.begin() + static_cast<std::ptrdiff_t>(b),
-                                              ids.begin() + static_cast<std::ptrdiff_t>(e)},
-                                             {values.begin() + static_cast<std::ptrdiff_t>(b * w),
-                                              values.begin() + static_cast<std::ptrdiff_t>(e * w)},
-                                             local.name()));
+    parts.push_back(SparseTensor::FromSorted<T>(
+        rows, width,
+        {ids.begin() + static_cast<std::ptrdiff_t>(b), ids.begin() + static_cast<std::ptrdiff_t>(e)},
+        {values.begin() + static_cast<std::ptrdiff_t>(b * w),
+         values.begin() + static_cast<std::ptrdiff_t>(e * w)},
+        local.name()));
     const int64_t lo = bounds[static_cast<size_t>(me)], hi = bounds[static_cast<size_t>(me) + 1];
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
-      SparseTensor part = DecodeCoo(got[static_cast<size_t>(q)], rows, width, where, q);
+      SparseTensor part = DecodeCoo<T>(got[static_cast<size_t>(q)], rows, width, where, q);
       CheckInRange(part, lo, hi, where, q);
       parts.push_back(std::move(part));
     }
     const SparseTensor served = SumAll(parts);
 
     // Pull: every server's summed range, concatenated in rank order.
-    const ByteBuffer mine = EncodeCoo(served.ids(), served.values());
-    const std::vector<ByteBuffer> all = AllGatherV(comm, mine, CooBytesBound(rows, width));
+    const ByteBuffer mine = EncodeCoo<T>(served.ids(), served.values<T>());
+    const std::vector<ByteBuffer> all =
+        AllGatherV(comm, mine, CooBytesBound(rows, width, sizeof(T)));
     std::vector<int64_t> out_ids;
-    std::vector<float> out_values;
+    std::vector<T> out_values;
     for (int o = 0; o < n; ++o) {
       if (o == me) {
         out_ids.insert(out_ids.end(), served.ids().begin(), served.ids().end());
-        out_values.insert(out_values.end(), served.values().begin(), served.values().end());
+        out_values.insert(out_values.end(), served.values<T>().begin(),
+                          served.values<T>().end());
         continue;
       }
-      const SparseTensor part = DecodeCoo(all[static_cast<size_t>(o)], rows, width, where, o);
+      const SparseTensor part = DecodeCoo<T>(all[static_cast<size_t>(o)], rows, width, where, o);
       CheckInRange(part, bounds[static_cast<size_t>(o)], bounds[static_cast<size_t>(o) + 1], where,
                    o);
       out_ids.insert(out_ids.end(), part.ids().begin(), part.ids().end());
-      out_values.insert(out_values.end(), part.values().begin(), part.values().end());
+      out_values.insert(out_values.end(), part.values<T>().begin(), part.values<T>().end());
     }
     return SparseTensor::FromSorted(rows, width, std::move(out_ids), std::move(out_values),
                                     local.name());
   }
 
- private:
   // A message from `sender` may only hold ids of the range [lo, hi).
   static void CheckInRange(const SparseTensor& part, int64_t lo, int64_t hi, const Where& where,
                            int sender) {
@@ -105,11 +118,12 @@ class SparsePs final : public Scheme {
 }  // namespace
 
 SchemeInfo SparsePsInfo() {
-  return {"sparse_ps", kDescription,
-          [](const SchemeOptions& o) {
-            ValidateSchemeOptions(o, "sparse_ps");
-            return std::make_unique<SparsePs>();
-          }};
+  SchemeInfo info{"sparse_ps", kDescription, [](const SchemeOptions& o) {
+                    ValidateSchemeOptions(o, "sparse_ps");
+                    return std::make_unique<SparsePs>();
+                  }};
+  info.capabilities = kSparsePsCapabilities;
+  return info;
 }
 
 }  // namespace zen

@@ -1,7 +1,8 @@
 // zen/schemes/wire.h — the COO message layout shared by the sparse schemes,
 // with validation of everything received.
 //
-// A COO message is [ids: int64 x nnz][values: float x nnz x width], little
+// A COO message is [ids: int64 x nnz][values: nnz x width of the tensor's
+// dtype (float32 unless told: the T of the typed entries)], little
 // endian, no header: the receiver knows rows and width (agreed by
 // CheckRanksAgree) and derives nnz from the byte length. DecodeCoo rejects a
 // length that is not a whole number of rows, ids outside [0, rows), and ids
@@ -29,12 +30,13 @@
 
 namespace zen {
 
-// Bytes of a COO message holding nnz rows of `width` floats, saturating at
-// SIZE_MAX when that does not fit size_t (no real message is that large, so
-// a receiver treats SIZE_MAX as a corrupt announcement). width >= 0.
-inline size_t CooBytes(size_t nnz, int64_t width) {
+// Bytes of a COO message holding nnz rows of `width` values of
+// `value_bytes` bytes each, saturating at SIZE_MAX when that does not fit
+// size_t (no real message is that large, so a receiver treats SIZE_MAX as a
+// corrupt announcement). width >= 0.
+inline size_t CooBytes(size_t nnz, int64_t width, size_t value_bytes = sizeof(float)) {
   size_t values = 0, per_row = 0, out = 0;
-  if (width < 0 || !TryMul(static_cast<size_t>(width), sizeof(float), values) ||
+  if (width < 0 || !TryMul(static_cast<size_t>(width), value_bytes, values) ||
       !TryAdd(values, sizeof(int64_t), per_row) || !TryMul(nnz, per_row, out)) {
     return SIZE_MAX;
   }
@@ -44,8 +46,8 @@ inline size_t CooBytes(size_t nnz, int64_t width) {
 // The largest COO message a sender can have for a [rows x width] tensor
 // (every row present), saturating at INT64_MAX: the bound passed to the
 // collectives so a peer cannot make a receiver allocate more.
-inline int64_t CooBytesBound(int64_t rows, int64_t width) {
-  const size_t per_row = CooBytes(1, width);
+inline int64_t CooBytesBound(int64_t rows, int64_t width, size_t value_bytes = sizeof(float)) {
+  const size_t per_row = CooBytes(1, width, value_bytes);
   if (rows < 0 || per_row > static_cast<size_t>(INT64_MAX)) return INT64_MAX;
   int64_t out = 0;
   return TryMul(rows, static_cast<int64_t>(per_row), out) ? out : INT64_MAX;
@@ -66,22 +68,45 @@ void ResizeOrThrow(std::vector<T>& v, size_t n, const Where& where, std::string_
   }
 }
 
-ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const float> values);
+// Appends the COO encoding to out (for messages with a header of their own);
+// values are moved as bytes.
+void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids, std::span<const std::byte> values);
+inline void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids,
+                      std::span<const float> values) {
+  AppendCoo(out, ids, std::as_bytes(values));
+}
+inline void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids,
+                      std::span<const double> values) {
+  AppendCoo(out, ids, std::as_bytes(values));
+}
 
-// Appends the COO encoding to out (for messages with a header of their own).
-void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids, std::span<const float> values);
+template <typename T>
+ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const T> values) {
+  ByteBuffer out;
+  AppendCoo(out, ids, std::as_bytes(values));
+  return out;
+}
+inline ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const float> values) {
+  return EncodeCoo<float>(ids, values);
+}
 
+// T: the values' type (float, double), which the receiver knows from the
+// agreed dtype.
+template <typename T = float>
 SparseTensor DecodeCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width,
                        const Where& where, int sender);
 
 // The same checks as DecodeCoo, without a copy: the message's ids and
 // values viewed in place. bytes must start 8-byte aligned, as a
 // ByteBuffer's data does (InvalidArgument otherwise), and outlive the views.
-struct CooView {
+template <typename T = float>
+struct CooViewOf {
   std::span<const int64_t> ids;
-  std::span<const float> values;
+  std::span<const T> values;
 };
-CooView ViewCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width, const Where& where,
-                int sender);
+using CooView = CooViewOf<float>;
+template <typename T = float>
+CooViewOf<T> ViewCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width,
+                     const Where& where, int sender);
 
 }  // namespace zen

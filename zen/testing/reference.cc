@@ -50,11 +50,13 @@ DenseReference::DenseReference(std::span<const SparseTensor> inputs) {
               0.0);
   for (const auto& t : inputs) {
     auto ids = t.ids();
-    auto vals = t.values();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const size_t r = Slot(ids[i]);
-      for (size_t j = 0; j < w; ++j) sum_[r * w + j] += vals[i * w + j];
-    }
+    WithValueType(t.dtype(), [&]<typename T>() {
+      auto vals = t.values<T>();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const size_t r = Slot(ids[i]);
+        for (size_t j = 0; j < w; ++j) sum_[r * w + j] += vals[i * w + j];
+      }
+    });
   }
   present_count_ = static_cast<int64_t>(ids_.size());
   for (double v : sum_) {
@@ -78,7 +80,11 @@ Agreement DenseReference::Compare(const SparseTensor& got) const {
   std::vector<uint8_t> seen(ids_.size(), 0);
   double max_err = 0;
   auto ids = got.ids();
-  auto vals = got.values();
+  // Every value as double (float32 values widen exactly).
+  std::vector<double> vals;
+  WithValueType(got.dtype(), [&]<typename T>() {
+    vals.assign(got.values<T>().begin(), got.values<T>().end());
+  });
   for (size_t i = 0; i < ids.size(); ++i) {
     const size_t r = Slot(ids[i]);
     if (r == ids_.size()) {  // a row no input has: its reference sum is zero
@@ -103,6 +109,14 @@ Agreement DenseReference::Compare(const SparseTensor& got) const {
 }
 
 Agreement DenseReference::CompareDense(std::span<const float> got) const {
+  return CompareDenseValues(got);
+}
+Agreement DenseReference::CompareDense(std::span<const double> got) const {
+  return CompareDenseValues(got);
+}
+
+template <typename T>
+Agreement DenseReference::CompareDenseValues(std::span<const T> got) const {
   Agreement out;
   const size_t w = static_cast<size_t>(width_);
   size_t elements = 0;
@@ -117,8 +131,8 @@ Agreement DenseReference::CompareDense(std::span<const float> got) const {
     const bool present = next < ids_.size() && static_cast<size_t>(ids_[next]) == r;
     bool nonzero = false;
     for (size_t j = 0; j < w; ++j) {
-      const float g = got[r * w + j];
-      nonzero |= g != 0.0f;
+      const T g = got[r * w + j];
+      nonzero |= g != T{0};
       max_err = std::max(max_err, ElementError(g, present ? sum_[next * w + j] : 0.0));
     }
     if (nonzero && !present) ++out.rows_mismatch;

@@ -38,12 +38,15 @@ class DenseReference {
   // present rows that are non-zero in neither (cannot tell cancellation), so
   // only value errors and rows that should be zero but are not are counted.
   Agreement CompareDense(std::span<const float> got) const;
+  Agreement CompareDense(std::span<const double> got) const;
 
   int64_t rows() const { return rows_; }
   int64_t width() const { return width_; }
   int64_t present_rows() const { return present_count_; }
 
  private:
+  template <typename T>
+  Agreement CompareDenseValues(std::span<const T> got) const;
   // Index of id in ids_, or ids_.size() when no input has that row.
   size_t Slot(int64_t id) const;
 

@@ -314,9 +314,11 @@ void ZenScheme::RowsResult(bool packed, int64_t rows, int64_t width, std::vector
       [&](size_t i) { return ws_.rows[static_cast<size_t>(order[i].item)]; }, ids, values);
 }
 
-void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                           float divisor, const SyncOptions& options) {
+void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out_values,
+                           double divisor_value, const SyncOptions& options) {
   const CallScope scope(call_, options);
+  const std::span<float> out = out_values.as<float>();  // float32 (kZenCapabilities)
+  const float divisor = static_cast<float>(divisor_value);
   // The output is zeroed while the partition is done and before the
   // exchange, where it overlaps the wait for the slowest peer; each pulled
   // message is written into it as soon as it arrives (the servers'
@@ -373,10 +375,11 @@ void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, std::s
   if (!exchanged) WriteInto(local, out, divisor);
 }
 
-void ZenScheme::DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows,
+void ZenScheme::DoSyncDense(Communicator& comm, DenseValues buffer_values, int64_t rows,
                             int64_t width, std::string_view tensor,
                             const SyncOptions& options) {
   const CallScope scope(call_, options);
+  const std::span<float> buffer = buffer_values.as<float>();  // float32 (kZenCapabilities)
   stats_ = ZenStats{};
   stats_.world = comm.size();
   stats_.rows = rows;

@@ -155,11 +155,11 @@ class ZenScheme final : public Scheme {
                       const SyncOptions& options) override;
   // A sum order (SyncOptions::sum_order) is taken here: each server adds
   // its elements' contributions in that order.
-  void DoSyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
+  void DoSyncDense(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
                    std::string_view tensor, const SyncOptions& options) override;
   // Writes the union straight into `out`: no sort, no result tensor.
-  void DoSyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                  float divisor, const SyncOptions& options) override;
+  void DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out,
+                  double divisor, const SyncOptions& options) override;
 
  private:
   // Persistent buffers, reused across calls (capacity kept).
@@ -394,7 +394,8 @@ const ZenStats* ZenLastStats(const Scheme& s);
 
 // What zen takes per call: its registry entry's and its objects' one
 // declaration.
-inline constexpr SyncCapabilities kZenCapabilities{.narrow_values = true, .sum_order = true};
+inline constexpr SyncCapabilities kZenCapabilities{
+    .narrow_values = true, .sum_order = true, .float64 = false};
 
 SchemeInfo ZenInfo();
 // Its cost function (registry.h), defined in cost.cc; BuiltinSchemes attaches
