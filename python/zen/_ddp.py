@@ -957,9 +957,7 @@ def comm_hook(state, bucket):
     if buffer.layout == torch.sparse_coo:
         if event is not None:
             event["path"] = "sparse"
-        name = f"bucket{index}"
-        if len(params) == 1:
-            name = state.param_name(params[0], name)
+        name = _sparse_bucket_name(state, params, index)
         extra = {"dtype": _dtype_name(buffer.dtype)}
         if _ddp_rank_order(state):
             extra["rank_order"] = True
@@ -1230,6 +1228,16 @@ def _pg_ring(state, buffer):
             and buffer.dtype in (torch.float32, torch.float64))
 
 
+def _sparse_bucket_name(state, params, index):
+    """The name a sparse DDP bucket is synchronized and recorded under: its
+    parameter's name when it holds one parameter (as a sparse embedding's
+    bucket does), else bucket<index>. Both transports' hooks use it."""
+    name = f"bucket{index}"
+    if len(params) == 1:
+        name = state.param_name(params[0], name)
+    return name
+
+
 def _pg_hook(state, bucket, buffer, index, params, world, event):
     """comm_hook on transport 'process_group'. Returns the hook's future."""
     future = torch.futures.Future()
@@ -1239,9 +1247,7 @@ def _pg_hook(state, bucket, buffer, index, params, world, event):
             if buffer.layout == torch.sparse_coo:
                 if event is not None:
                     event["path"] = "sparse"
-                name = f"bucket{index}"
-                if len(params) == 1:
-                    name = state.param_name(params[0], name)
+                name = _sparse_bucket_name(state, params, index)
                 state._bucket_paths[index] = ("sparse", params, [name])
                 state._seen_items.add(name)
                 step = _next_call(state, index)
