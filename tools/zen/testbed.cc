@@ -118,11 +118,14 @@ std::vector<std::string> Matching(const std::string& listing, const std::string&
   return out;
 }
 
-// The bucket holds 2 ms of traffic (at least 128 KiB so that 64 KiB GSO
-// packets pass whole); the queue holds 100 ms, so that the 7 flows of an
+// The bucket holds 2 ms of traffic by default (at least 128 KiB so that
+// 64 KiB GSO packets pass whole; a smaller bucket makes tbf segment them),
+// or the spec's burst; the queue holds 100 ms, so that the 7 flows of an
 // all-to-all fit without tail drops. Same as scripts/testbed.
-std::vector<std::string> ShapeArgs(const std::string& ns, const std::string& dev, double bits) {
-  const auto burst = std::max<int64_t>(131072, static_cast<int64_t>(bits / 8 / 500));
+std::vector<std::string> ShapeArgs(const std::string& ns, const std::string& dev, double bits,
+                                   int64_t burst_bytes) {
+  const auto burst = burst_bytes > 0 ? burst_bytes
+                                     : std::max<int64_t>(131072, static_cast<int64_t>(bits / 8 / 500));
   std::vector<std::string> argv = {"tc"};
   if (!ns.empty()) argv.insert(argv.end(), {"-n", ns});
   argv.insert(argv.end(), {"qdisc", "replace", "dev", dev, "root", "tbf", "rate",
@@ -156,6 +159,30 @@ double ParseRateBits(std::string_view rate) {
                         "(e.g. 500mbit)");
 }
 
+namespace {
+
+// "burst=32k" -> 32768 (bytes; k and m are KiB and MiB).
+int64_t ParseBurst(std::string_view option) {
+  const std::string_view key = "burst=";
+  const std::string text(option.substr(option.rfind(key, 0) == 0 ? key.size() : 0));
+  char* end = nullptr;
+  const long long v = option.rfind(key, 0) == 0 ? std::strtoll(text.c_str(), &end, 10) : -1;
+  int64_t scale = 1;
+  if (end != nullptr && (*end == 'k' || *end == 'm') && end[1] == '\0') {
+    scale = *end == 'k' ? 1024 : 1024 * 1024;
+    ++end;
+  }
+  if (end == nullptr || end == text.c_str() || *end != '\0' || v < 1 || v > (int64_t{1} << 30) / scale ||
+      v * scale < 2048) {
+    throw InvalidArgument("--testbed option '" + std::string(option) +
+                          "' must be burst=BYTES (k or m for KiB or MiB, 2048 bytes to 1 GiB), "
+                          "e.g. 8x500mbit,burst=32k");
+  }
+  return static_cast<int64_t>(v) * scale;
+}
+
+}  // namespace
+
 TestbedSpec ParseTestbedSpec(std::string_view text) {
   const size_t x = text.find('x');
   if (x == std::string_view::npos || x == 0) {
@@ -169,8 +196,11 @@ TestbedSpec ParseTestbedSpec(std::string_view text) {
     throw InvalidArgument("--testbed host count '" + hosts + "' must be 1..254");
   }
   spec.hosts = static_cast<int>(n);
-  spec.rate = std::string(text.substr(x + 1));
+  std::string_view rest = text.substr(x + 1);
+  const size_t comma = rest.find(',');
+  spec.rate = std::string(rest.substr(0, comma));
   spec.rate_bits_per_s = ParseRateBits(spec.rate);
+  if (comma != std::string_view::npos) spec.burst_bytes = ParseBurst(rest.substr(comma + 1));
   return spec;
 }
 
@@ -233,8 +263,8 @@ void TestbedUp(const std::string& prefix, const TestbedSpec& spec) {
       // (a per-namespace setting; datacenter stacks turn it off too).
       run({"ip", "netns", "exec", ns, "sysctl", "-q", "-w",
            "net.ipv4.tcp_slow_start_after_idle=0"});
-      run(ShapeArgs(ns, kTestbedInterface, spec.rate_bits_per_s));
-      run(ShapeArgs("", veth, spec.rate_bits_per_s));
+      run(ShapeArgs(ns, kTestbedInterface, spec.rate_bits_per_s, spec.burst_bytes));
+      run(ShapeArgs("", veth, spec.rate_bits_per_s, spec.burst_bytes));
     }
   } catch (...) {
     TestbedDown(prefix);
@@ -341,7 +371,8 @@ void AnnotateReport(json& report, const TestbedSpec* link, int cores,
   const double rate = link ? link->rate_bits_per_s : 0;
   if (rate > 0) {
     bound_time = bound_bytes * 8 / rate;
-    report["link"] = {{"hosts", link->hosts}, {"rate", link->rate}, {"rate_bits_per_s", rate}};
+    report["link"] = {{"hosts", link->hosts}, {"rate", link->rate}, {"rate_bits_per_s", rate},
+                      {"burst_bytes", link->burst_bytes}};
     report["lower_bound_time_s"] = bound_time;
   }
   report["cores"] = cores;

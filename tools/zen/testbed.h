@@ -38,9 +38,18 @@ struct TestbedSpec {
   int hosts = 0;
   std::string rate;  // tc syntax, e.g. "500mbit"
   double rate_bits_per_s = 0;
+  // The tbf bucket in bytes; 0 means the default, max(128 KiB, 2 ms at the
+  // rate). After an idle gap a message up to the bucket's size passes at the
+  // veth's speed, not the rate: 124 KB crosses a default 500 Mbit/s link in
+  // about 0.2 ms where the rate needs 2 ms. A small bucket (32k) shapes
+  // small messages too, at some cost in bulk throughput (docs/performance.md,
+  // "Testbed").
+  int64_t burst_bytes = 0;
 };
 
-// "8x500mbit" -> {8, "500mbit", 5e8}. InvalidArgument naming the bad part.
+// "8x500mbit" -> {8, "500mbit", 5e8, 0}; "8x500mbit,burst=32k" sets the
+// bucket (bytes, or k/m for KiB/MiB, at least 2048). InvalidArgument naming
+// the bad part.
 TestbedSpec ParseTestbedSpec(std::string_view text);
 // "500mbit" / "2gbit" / "100kbit" / "1000bit" -> bits per second.
 double ParseRateBits(std::string_view rate);
