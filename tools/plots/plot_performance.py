@@ -54,6 +54,21 @@ def mb(x):
     return "n/a" if x is None else f"{x / 1e6:.2f}"
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def shown_source(source):
+    """A source as the page shows it: "trace PATH ..." with PATH relative to
+    the repository when it lies inside it, so that the page names no path of
+    the machine that generated it."""
+    def relative(m):
+        path = m.group(0)
+        if os.path.isabs(path) and os.path.commonpath([path, REPO]) == REPO:
+            return os.path.relpath(path, REPO)
+        return path
+    return re.sub(r"/\S+", relative, source)
+
+
 def load_of(load_txt, name):
     m = re.search(rf"^{re.escape(name)} before: .*load average: ([0-9., ]+)$", load_txt, re.M)
     return m.group(1).split(",")[0].strip() if m else "?"
@@ -62,7 +77,7 @@ def load_of(load_txt, name):
 def bench_table(name, rep, load_txt):
     t = rep["tensor"]
     lb_t = rep.get("lower_bound_time_s")
-    out = [f"**{name}** — {t['source']}; rows {t['rows']}, width {t['width']}, "
+    out = [f"**{name}** — {shown_source(t['source'])}; rows {t['rows']}, width {t['width']}, "
            f"union {t['union_rows']} rows, n = {rep['world_size']}, "
            f"link {rep.get('link', {}).get('rate', 'loopback')}, "
            f"bound {t['lower_bound_bytes_max'] / 1e6:.3f} MB"
@@ -150,7 +165,7 @@ def extrapolation(sim):
         if not name.endswith("extrapolated"):
             continue
         schemes = [p["scheme"] for p in s["worlds"][0]["predictions"]]
-        out += [f"**{name}** — {s['source']}; gamma(k) = k^{s['gamma_beta']:.3f} fitted on "
+        out += [f"**{name}** — {shown_source(s['source'])}; gamma(k) = k^{s['gamma_beta']:.3f} fitted on "
                 f"{s['fit_ranks']} ranks (max residual {100 * s['gamma_fit_max_residual']:.1f}%), "
                 f"{s['bandwidth_bits_per_s'] / 1e9:g} Gbit/s, {s['latency_s'] * 1e6:g} us per round", "",
                 "| n | gamma(n) | skewness | " + " | ".join(f"{x} ms" for x in schemes) + " |",
@@ -186,7 +201,7 @@ def plots(bench, sim, figures):
             ax.legend()
         ax.set_yscale("log")
         ax.set_ylabel("time per sync, ms (median, min-max)")
-        ax.set_title(f"{main}: {rep['tensor']['source'][:70]}", fontsize=8)
+        ax.set_title(f"{main}: {shown_source(rep['tensor']['source'])[:70]}", fontsize=8)
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
         fig.tight_layout()
         fig.savefig(os.path.join(figures, "time-per-scheme.png"), dpi=120)
