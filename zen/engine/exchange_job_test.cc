@@ -140,6 +140,29 @@ TEST_P(ExchangeJobTest, AnotherIdentityIsMismatchOnEveryRankAndMarksOutOfStep) {
   }, kTimeout);
 }
 
+// A job's error comes from Handle::Wait() and reaches on_done, and the
+// context goes on with the next job.
+TEST_P(ExchangeJobTest, JobErrorsComeFromWaitAndOnDone) {
+  testing::RunRanks(GetParam(), 2, [&](Communicator& comm) {
+    Context ctx(comm);
+    const int r = comm.rank();
+    const std::vector<int64_t> mine = {r == 0 ? 1 : 2, r};
+    std::vector<int64_t> table(4);
+    bool saw_error = false;
+    const Handle h = StartGatherRecords(ctx, "t", std::as_bytes(std::span(mine)),
+                                        std::as_writable_bytes(std::span(table)),
+                                        [&](std::exception_ptr e) { saw_error = e != nullptr; });
+    EXPECT_THROW(h.Wait(), MismatchError);
+    EXPECT_THROW(h.Wait(), MismatchError);  // on every call
+    ctx.Drain();
+    EXPECT_TRUE(saw_error);
+    // The next job runs (and refuses: the communicator is out of step).
+    std::vector<int64_t> sizes(2, 0);
+    std::vector<std::byte> none;
+    EXPECT_THROW(StartExchangeBytes(ctx, "t", none, sizes, none, sizes).Wait(), MismatchError);
+  }, kTimeout);
+}
+
 TEST_P(ExchangeJobTest, BadBuffersAreInvalidArgumentBeforeAnythingIsQueued) {
   testing::RunRanks(GetParam(), 2, [&](Communicator& comm) {
     Context ctx(comm);
