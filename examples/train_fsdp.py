@@ -14,7 +14,10 @@ dense, so zen's calls go through its fallback. SGD. Each rank draws its
 own batch of --batch x --tokens token ids (uniform over the rows) per step,
 the same for both --sync settings, so two runs see the same data.
 
---sync zen: zen.fsdp.SparseReduceScatter on every FSDP module. --sync fsdp:
+--sync zen: zen.fsdp.SparseReduceScatter on every FSDP module, its exchanges
+on the process group's collectives (--transport process_group, the default)
+or on zen's C++ communicator through a zen.torch.ZenState's context
+(--transport zen; CPU). --sync fsdp:
 a timing wrapper around the group's dist.reduce_scatter_tensor, which is
 what FSDP2's default reduce-scatter calls. Per step it prints the loss (this
 rank's), the step time (zero_grad to optimizer step), the reduce-scatter
@@ -106,6 +109,9 @@ def main():
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--max-fraction", type=float, default=0.5, help="SparseReduceScatter(max_fraction=...)")
+    p.add_argument("--transport", choices=("process_group", "zen"), default="process_group",
+                   help="--sync zen: how its counts and payload move (the process group's collectives, "
+                        "or zen's communicator through a ZenState)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--json", help="rank 0 writes its figures here")
     args = p.parse_args()
@@ -116,7 +122,13 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))  # env:// from torchrun
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build(args, world)
-    inner = SparseReduceScatter(max_fraction=args.max_fraction) if args.sync == "zen" else None
+    inner = None
+    if args.sync == "zen":
+        transport = {}
+        if args.transport == "zen":
+            from zen.torch import ZenState  # zen's C++ extension: only for this transport
+            transport = {"zen_state": ZenState(transport="zen")}
+        inner = SparseReduceScatter(max_fraction=args.max_fraction, **transport)
     comm = TimedReduceScatter(inner)
     for m in model.modules():
         if isinstance(m, FSDPModule):
@@ -142,7 +154,8 @@ def main():
 
     measured = rows[args.warmup:]
     summary = {
-        "sync": args.sync, "model": args.model, "world": world, "rows": args.rows, "width": args.width,
+        "sync": args.sync, "transport": args.transport if inner is not None else None, "model": args.model,
+        "world": world, "rows": args.rows, "width": args.width,
         "reshard_after_forward": args.reshard_after_forward, "steps": args.steps, "warmup": args.warmup,
         "losses": [r["loss"] for r in rows], "per_step": rows,
         "step_s": statistics.median(r["step_s"] for r in measured),
@@ -153,7 +166,7 @@ def main():
     if inner is not None:
         summary["sparse_calls"], summary["fallback_calls"] = inner.sparse_calls, inner.fallback_calls
     if rank == 0:
-        print(f"{args.sync}: median step {summary['step_s'] * 1e3:.1f} ms, rs {summary['rs_s_per_step'] * 1e3:.1f} ms, "
+        print(f"{args.sync}{'/' + args.transport if inner is not None else ''}: median step {summary['step_s'] * 1e3:.1f} ms, rs {summary['rs_s_per_step'] * 1e3:.1f} ms, "
               f"rs bytes/rank/step {summary['rs_bytes_per_step']:,.0f}, {summary['samples_per_s']:.1f} samples/s "
               f"({world} ranks, reshard_after_forward={args.reshard_after_forward})", flush=True)
         if args.json:

@@ -5,6 +5,7 @@
 //   BindComm     zen.Communicator and connect()/connect_url()
 //   BindSchemes  the registry and zen.Scheme (sync, sync_dense, reject)
 //   BindEngine   zen.Context and zen.Handle (asynchronous, batched calls)
+//   BindExchange zen.Context's byte exchanges (zen.fsdp's transport "zen")
 //   BindTrace    zen.write_trace (zen-trace/1 files of recorded gradients)
 //   BindTopk     zen.TopKSelector and topk_count (top-k with error feedback)
 //
@@ -40,6 +41,7 @@ void BindErrors(pybind11::module_& m);
 void BindComm(pybind11::module_& m);
 void BindSchemes(pybind11::module_& m);
 void BindEngine(pybind11::module_& m);
+void BindExchange(pybind11::module_& m);  // after BindEngine: adds methods to zen.Context
 void BindTrace(pybind11::module_& m);
 void BindTopk(pybind11::module_& m);
 

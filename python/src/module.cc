@@ -17,6 +17,7 @@ PYBIND11_MODULE(_zen, m) {
   zen::python::BindComm(m);
   zen::python::BindSchemes(m);
   zen::python::BindEngine(m);
+  zen::python::BindExchange(m);
   zen::python::BindTrace(m);
   zen::python::BindTopk(m);
 }

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import sys
+import time
 import traceback
 import warnings
 
@@ -67,11 +68,9 @@ def make_input(rank, world, chunk, layout, dtype, seed):
     return torch.cat(parts).to(dtype)
 
 
-def collective(rank, world):
-    """The reduce-scatter alone against Gloo's, on odd chunk sizes, uneven
-    chunks, all-zero and all-dense chunks, bf16/fp32/fp64, SUM and AVG, and
-    every encoding forced in turn."""
-    layouts = [
+def layouts(world):
+    """The chunk layouts the collective scenarios run (make_input's kinds)."""
+    return [
         ["rows"] * world,                                     # embedding-like: runs
         ["zero"] + ["scatter"] * (world - 1),                 # an all-zero chunk
         ["dense"] + ["rows"] * (world - 1),                   # an all-dense chunk
@@ -79,11 +78,17 @@ def collective(rank, world):
         ["zero"] * world,                                     # nothing at all
         ["dense"] * world,                                    # everything: the fallback
     ]
+
+
+def collective(rank, world):
+    """The reduce-scatter alone against Gloo's, on odd chunk sizes, uneven
+    chunks, all-zero and all-dense chunks, bf16/fp32/fp64, SUM and AVG, and
+    every encoding forced in turn."""
     comm = SparseReduceScatter(max_fraction=1.5)  # keep the dense-ish cases on the sparse path too
     cases, formats = [], {}
     for dname, dtype in DTYPES.items():
         for chunk in (1, 13, 1000):  # 1000: whole 8-byte words (slots of 2 fp32, 4 bf16)
-            for li, layout in enumerate(layouts):
+            for li, layout in enumerate(layouts(world)):
                 for oname, op in OPS.items():
                     # Each encoding forced in turn on the 1000-element chunks.
                     forcings = (None, ("coo", "dense"), ("bitmap", "dense"), ("runs", "dense"))
@@ -195,7 +200,8 @@ def batch(rank, step, dtype):
     return tokens, labels
 
 
-def train(world, rank, dtype, reshard, use_zen, steps=10, mp=None, divide=None):
+def train(world, rank, dtype, reshard, use_zen, steps=10, mp=None, divide=None, **zen_args):
+    """zen_args: SparseReduceScatter's transport / zen_state."""
     model = build(world, dtype, reshard, mp)
     comm = None
     modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
@@ -203,7 +209,7 @@ def train(world, rank, dtype, reshard, use_zen, steps=10, mp=None, divide=None):
         for m in modules:
             m.set_reduce_scatter_divide_factor(divide)
     if use_zen:
-        comm = SparseReduceScatter()
+        comm = SparseReduceScatter(**zen_args)
         for m in modules:
             m.set_custom_reduce_scatter(comm)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -272,7 +278,154 @@ def fsdp_divide(rank, world):
     return {"max_abs_diff": worst, "sparse_calls": comm.sparse_calls}
 
 
-SCENARIOS = {f.__name__: f for f in (collective, premul, async_op, mismatch, fsdp_train, fsdp_divide)}
+# -- transport "zen": zen's communicator through a zen.Context --------------------
+def zen_collective(rank, world):
+    """transport "zen" against transport "process_group" on the collective
+    scenario's cases (the same plan, encodings and sum order, only the
+    exchange differs: bit for bit on any world size) and against Gloo's
+    reduce_scatter_tensor; PREMUL_SUM; the default threshold's fallback."""
+    zcomm = SparseReduceScatter(max_fraction=1.5, transport="zen")
+    pcomm = SparseReduceScatter(max_fraction=1.5, transport="process_group")
+    cases, formats = [], {}
+    ops = dict(OPS, premul=dist.ReduceOp.PREMUL_SUM(0.125))
+    for dname, dtype in DTYPES.items():
+        for chunk in (1, 13, 1000):
+            for li, layout in enumerate(layouts(world)):
+                for oname, op in ops.items():
+                    forcings = (None, ("coo", "dense"), ("bitmap", "dense"), ("runs", "dense"))
+                    for forced in forcings if chunk == 1000 else (None,):
+                        zcomm.formats = pcomm.formats = forced or ("runs", "coo", "bitmap", "dense")
+                        inp = make_input(rank, world, chunk, layout, dtype, seed=li * 7 + chunk)
+                        before = inp.clone()
+                        out, pg = torch.full((chunk,), 3.0, dtype=dtype), torch.full((chunk,), 5.0, dtype=dtype)
+                        zcomm(out, inp, dist.group.WORLD, op)
+                        pcomm(pg, inp, dist.group.WORLD, op)
+                        ref = torch.empty(chunk, dtype=dtype)
+                        premul = oname == "premul"
+                        dist.reduce_scatter_tensor(ref, inp * 0.125 if premul else inp,
+                                                   op=dist.ReduceOp.SUM if premul else op)
+                        assert torch.equal(inp, before), "the input was modified"
+                        for f, n in zcomm.last_formats.items():
+                            formats[f] = formats.get(f, 0) + n
+                        cases.append({"dtype": dname, "chunk": chunk, "layout": li, "op": oname,
+                                      "forced": bool(forced), "sparse": zcomm.last_sparse,
+                                      "same_plan": (zcomm.last_sparse == pcomm.last_sparse
+                                                    and zcomm.last_formats == pcomm.last_formats
+                                                    and zcomm.last_bytes_sent == pcomm.last_bytes_sent),
+                                      "equal_pg": torch.equal(out, pg), "equal": torch.equal(out, ref),
+                                      "rounding": rounding(out, ref, inp * 0.125 if premul else inp,
+                                                           dist.ReduceOp.SUM if premul else op, world)})
+    dflt = SparseReduceScatter(transport="zen")
+    inp = make_input(rank, world, 999, ["dense"] * world, torch.float32, seed=5)
+    out, ref = torch.empty(999), torch.empty(999)
+    dflt(out, inp, dist.group.WORLD, dist.ReduceOp.AVG)
+    dist.reduce_scatter_tensor(ref, inp, op=dist.ReduceOp.AVG)
+    fallback = {"sparse": dflt.last_sparse, "equal": torch.equal(out, ref)}
+    return {"cases": cases, "formats": formats, "fallback": fallback, "transport": zcomm.transport,
+            "zen_bytes": zcomm._zen_states[dist.group.WORLD].bytes_sent}
+
+
+def zen_async(rank, world):
+    """async_op=True on transport "zen": a Work at once; the exchange
+    completes on zen's progress thread without wait() (FSDP's overlap), and
+    wait() then sums; the result equals transport "process_group"'s."""
+    comm = SparseReduceScatter(transport="zen")
+    inp = make_input(rank, world, 1001, ["rows"] * world, torch.float32, seed=3)
+    out = torch.zeros(1001)
+    work = comm(out, inp, dist.group.WORLD, dist.ReduceOp.SUM, async_op=True)
+    done_before = work.is_completed()
+    deadline = time.monotonic() + 30
+    while not work._work.done() and time.monotonic() < deadline:  # no wait(): the progress thread moves it
+        time.sleep(0.001)
+    progressed = work._work.done()
+    untouched = bool((out == 0).all())  # the sum runs in wait(), on the caller's thread
+    work.wait()
+    ref = torch.empty(1001)
+    SparseReduceScatter(transport="process_group")(ref, inp, dist.group.WORLD, dist.ReduceOp.SUM)
+    return {"done_before": done_before, "progressed": progressed, "untouched": untouched,
+            "done_after": work.is_completed(), "equal_pg": torch.equal(out, ref)}
+
+
+def zen_mismatch(rank, world):
+    """mismatch's disagreements on transport "zen": every rank raises
+    MismatchError naming rank 1; zen's communicator stays in step (a later
+    call succeeds) and so does the group."""
+    comm = SparseReduceScatter(transport="zen")
+    msgs = []
+    for bad in ("numel", "dtype"):
+        n = world * 10 + (1 if bad == "numel" and rank == 1 else 0)
+        dtype = torch.float64 if bad == "dtype" and rank == 1 else torch.float32
+        try:
+            comm(torch.empty(10, dtype=dtype), torch.ones(n, dtype=dtype), dist.group.WORLD, dist.ReduceOp.SUM)
+            msgs.append(None)
+        except MismatchError as e:
+            msgs.append(str(e))
+    state = comm._zen_states[dist.group.WORLD]
+    odd = SparseReduceScatter(max_fraction=0.25 if rank == 1 else 0.5, zen_state=state)
+    try:
+        odd(torch.empty(10), torch.ones(world * 10), dist.group.WORLD, dist.ReduceOp.SUM)
+        msgs.append(None)
+    except MismatchError as e:
+        msgs.append(str(e))
+    # Not a CPU tensor: ValueError on every rank before anything is sent.
+    try:
+        comm(torch.empty(10, device="meta"), torch.empty(world * 10, device="meta"), dist.group.WORLD,
+             dist.ReduceOp.SUM)
+        msgs.append(None)
+    except ValueError as e:
+        msgs.append(str(e))
+    out = torch.empty(10)
+    comm(out, torch.ones(world * 10), dist.group.WORLD, dist.ReduceOp.SUM)
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    return {"messages": msgs, "after_zen": out.tolist(), "after": t.item(), "transport": odd.transport}
+
+
+def zen_timeout(rank, world):
+    """A peer that never joins the call: rank 0 raises zen.TransportError
+    (not MismatchError or ValueError) after its ZenState's timeout."""
+    from zen.torch import ZenState
+    state = ZenState(timeout=2.0)
+    state.context  # every rank connects (the rendezvous needs all of them)
+    dist.barrier()
+    res = {"error": None, "seconds": None}
+    if rank == 0:
+        comm = SparseReduceScatter(zen_state=state)
+        start = time.monotonic()
+        try:
+            comm(torch.empty(10), torch.ones(world * 10), dist.group.WORLD, dist.ReduceOp.SUM)
+        except Exception as e:  # recorded: the test asserts its class
+            res["error"] = type(e).__module__ + "." + type(e).__name__
+        res["seconds"] = time.monotonic() - start
+    dist.barrier()
+    return res
+
+
+def zen_train(rank, world):
+    """fsdp_train's four settings with transport "zen" (fp32 through
+    zen_state=ZenState(): Gloo's default transport), against FSDP2's own
+    reduce-scatter and against transport "process_group"."""
+    from zen.torch import ZenState
+    res = {}
+    mp = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
+    state = ZenState()
+    for name, dtype, reshard, policy in (("fp32", torch.float32, True, None),
+                                         ("fp32_noreshard", torch.float32, False, None),
+                                         ("fp64", torch.float64, True, None),
+                                         ("bf16_reduce", torch.float32, True, mp)):
+        ref, _ = train(world, rank, dtype, reshard, False, mp=policy)
+        pg, _ = train(world, rank, dtype, reshard, True, mp=policy, transport="process_group")
+        zen_args = {"zen_state": state} if name == "fp32" else {"transport": "zen"}
+        got, comm = train(world, rank, dtype, reshard, True, mp=policy, **zen_args)
+        equal, diff = compare(got, ref)
+        res[name] = {"equal": equal, "diff": diff, "equal_pg": compare(got, pg)[0],
+                     "transport": comm.transport, "sparse_calls": comm.sparse_calls,
+                     "fallback_calls": comm.fallback_calls}
+    return res
+
+
+SCENARIOS = {f.__name__: f for f in (collective, premul, async_op, mismatch, fsdp_train, fsdp_divide,
+                                     zen_collective, zen_async, zen_mismatch, zen_timeout, zen_train)}
 
 
 def main():

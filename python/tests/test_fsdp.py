@@ -140,14 +140,20 @@ def test_arguments_are_checked_and_no_extension_is_needed():
 
 
 def test_train_fsdp_example_runs_under_torchrun(tmp_path):
-    """examples/train_fsdp.py as the docs run it, briefly: 2 ranks, both syncs."""
-    for sync in ("zen", "fsdp"):
+    """examples/train_fsdp.py as the docs run it, briefly: 2 ranks, both
+    syncs, zen on both transports."""
+    runs = {"zen": ["--sync", "zen"], "zen_transport": ["--sync", "zen", "--transport", "zen"],
+            "fsdp": ["--sync", "fsdp"]}
+    for name, flags in runs.items():
         cmd = [torchrun(), "--standalone", "--nproc-per-node", "2", str(REPO / "examples/train_fsdp.py"),
-               "--sync", sync, "--rows", "20000", "--steps", "3", "--json", str(tmp_path / f"{sync}.json")]
+               *flags, "--rows", "20000", "--steps", "3", "--json", str(tmp_path / f"{name}.json")]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=rank_env(), cwd=tmp_path)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "rs bytes/rank" in out.stdout, out.stdout
-    zen, fsdp = (json.loads((tmp_path / f"{s}.json").read_text()) for s in ("zen", "fsdp"))
+    zen, zen_transport, fsdp = (json.loads((tmp_path / f"{s}.json").read_text()) for s in runs)
+    assert (zen["transport"], zen_transport["transport"]) == ("process_group", "zen")
     # The same data, the same steps: the same losses (2 ranks: bit for bit).
     assert zen["losses"] == fsdp["losses"], (zen["losses"], fsdp["losses"])
+    assert zen_transport["losses"] == fsdp["losses"], (zen_transport["losses"], fsdp["losses"])
     assert zen["rs_bytes_per_step"] * 5 < fsdp["rs_bytes_per_step"], (zen, fsdp)
+    assert zen_transport["rs_bytes_per_step"] == zen["rs_bytes_per_step"], (zen_transport, zen)

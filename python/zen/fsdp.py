@@ -18,7 +18,25 @@ chunk::
         if hasattr(module, "set_custom_reduce_scatter"):   # every FSDPModule
             module.set_custom_reduce_scatter(comm)
 
-One call, on the process group FSDP passes (Gloo on CPU, NCCL on CUDA):
+Two transports carry the exchanges; everything else (counts, plan,
+encodings, sum) is this module's, the same for both:
+
+- ``"process_group"`` (the default): the collectives of the group FSDP
+  passes (Gloo on CPU, NCCL on CUDA); torch alone.
+- ``"zen"``: zen's C++ communicator, through a ``zen.torch.ZenState``'s
+  ``zen.Context`` (``SparseReduceScatter(zen_state=ZenState())``: a Gloo
+  group's ZenState picks "zen"; or ``transport="zen"``, which makes one per
+  group). CPU tensors only. The counts table and the payload move as byte
+  exchanges on the context's progress thread
+  (``zen.Context.gather_records`` / ``exchange_bytes``,
+  zen/engine/exchange_job.h), reading and writing the torch buffers in
+  place (numpy views, no copy), in order with the context's other calls
+  (e.g. DDP buckets on the same state). The fallback stays Gloo's
+  ``dist.reduce_scatter_tensor`` (what FSDP itself calls, bit for bit).
+  Results are bit for bit transport "process_group"'s: only the bytes'
+  path differs.
+
+One call:
 
 1. Every rank counts, per destination d, the non-zero slots of chunk d (a
    mask and a sum). A slot is an 8-byte word (2 fp32, 4 bf16 or 1 fp64
@@ -28,8 +46,9 @@ One call, on the process group FSDP passes (Gloo on CPU, NCCL on CUDA):
    ``torch.nonzero`` of the mask gives the offsets, and per destination the
    maximal runs of consecutive non-zero slots are counted (FSDP flattens
    rows, so an embedding's touched rows are runs of ``width`` elements).
-   One ``all_gather_into_tensor`` shares these counts and a metadata word
-   (sizes, dtype, op, max_fraction, slot, the dense flag) with every rank.
+   One all-gather (``all_gather_into_tensor``, or zen's gather_records)
+   shares these counts and a metadata word (sizes, dtype, op, max_fraction,
+   slot, the dense flag, the rank in FSDP's group) with every rank.
 2. From the agreed table every rank picks the same encoding for every
    (source, destination) pair, by the bytes: COO (int32, or int64 when a
    chunk has 2**31 elements or more, offsets + values), a bitmap + values,
@@ -37,7 +56,8 @@ One call, on the process group FSDP passes (Gloo on CPU, NCCL on CUDA):
    exchange would move more than ``max_fraction`` of a dense reduce-scatter's
    bytes on some rank, the whole call falls back to the group's own
    ``dist.reduce_scatter_tensor``.
-3. One ``dist.all_to_all_single`` (uint8, split sizes) moves the payload.
+3. One all-to-all of bytes with split sizes (``dist.all_to_all_single``,
+   or zen's exchange_bytes) moves the payload.
    The owner sums the contributions into ``output_tensor`` in ascending rank
    order (its own chunk taken in place), then applies the op.
 
@@ -58,8 +78,9 @@ that is -0.0 on every rank comes out +0.0.
 Values never leave the device; counts are the only values copied to the
 host (this rank's per chunk, the table, and on CUDA ``torch.nonzero``'s
 size: host synchronizations, all on counts). ``async_op=True`` returns a
-Work whose ``wait()`` waits for the
-exchange and performs the sum (FSDP itself calls synchronously). Each call's
+Work whose ``wait()`` waits for the exchange and performs the sum (FSDP
+itself calls synchronously); on transport "zen" the exchange runs on the
+context's progress thread meanwhile, no thread per call. Each call's
 bytes are counted: ``last_bytes_sent``/``last_bytes_received`` (payload and
 counts exchange of this rank; for a fallback the dense reduce-scatter's
 (world - 1) * chunk bytes, what a ring or direct reduce-scatter sends at the
@@ -70,8 +91,13 @@ least), ``bytes_sent``/``bytes_received`` over all calls, ``calls``,
 Errors: when ranks disagree on the input's size, the output's size or the
 dtype or op, or a rank's output is not 1/world of its input, every rank
 raises :class:`MismatchError` naming the rank, the tensor and the value;
-nothing waits longer than the process group's timeout. This module needs
-torch alone (not zen's C++ extension).
+so it does when zen's communicator ranks the group otherwise than FSDP's
+group (a ZenState of another group). Nothing waits longer than the process
+group's timeout, or on transport "zen" the ZenState's, after which a peer
+that never came is a ``zen.TransportError`` (bad input never is). A CUDA
+tensor on transport "zen" is a ValueError before anything is sent. The
+ranks must use the same transport. Transport "process_group" needs torch
+alone (not zen's C++ extension).
 """
 
 import struct
@@ -95,13 +121,16 @@ from zen import MismatchError  # noqa: E402
 
 # The metadata word's layout, then two counts (non-zeros, runs) per destination.
 _MAGIC = 0x7A656E46  # "zenF": a table written by this module
-_META = ("magic", "input numel", "output numel", "dtype", "op", "op factor", "max fraction", "slot", "dense")
+_META = ("magic", "input numel", "output numel", "dtype", "op", "op factor", "max fraction", "slot", "dense",
+         "group rank")
 _N_META = len(_META)
 
 # Encodings of one (source, destination) pair, in the order ties are broken.
 EMPTY, RUNS, COO, BITMAP, DENSE = "empty", "runs", "coo", "bitmap", "dense"
 
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_TRANSPORTS = ("zen", "process_group")
+_NAME = "zen.fsdp.reduce_scatter"  # the calls' name on zen's communicator (in its errors)
 _SUM = dist.ReduceOp.SUM
 _AVG = dist.ReduceOp.AVG
 _PREMUL = dist.ReduceOp.PREMUL_SUM
@@ -135,8 +164,10 @@ def _op_code(kind):
 
 
 class _SparseWork:
-    """What ``async_op=True`` returns: ``wait()`` waits for the exchange, then
-    runs ``finish`` (the sum into the output) once."""
+    """What ``async_op=True`` returns: ``wait()`` waits for the exchange (a
+    process group's Work, or a zen.ExchangeHandle of zen's progress thread,
+    bounded by its communicator's timeout), then runs ``finish`` (the sum
+    into the output) once."""
 
     def __init__(self, work, finish):
         self._work, self._finish, self._done = work, finish, False
@@ -144,7 +175,7 @@ class _SparseWork:
     def wait(self, timeout=None):
         if not self._done:
             if self._work is not None:
-                if timeout is None:
+                if timeout is None or not isinstance(self._work, dist.Work):
                     self._work.wait()
                 else:
                     self._work.wait(timeout)
@@ -168,9 +199,34 @@ class SparseReduceScatter(_ReduceScatterBase):
             back; a value above 1 never does.
         formats: the encodings a pair may use, a subset of
             ("runs", "coo", "bitmap", "dense"); "dense" must be among them.
+        zen_state: a ``zen.torch.ZenState`` whose transport decides how the
+            counts and the payload move (as for DDP's hook and TopKState):
+            "zen", its zen communicator through its Context's progress
+            thread (CPU tensors); "process_group", the group's collectives.
+            Its group must be the one FSDP passes (checked on every call).
+        transport: without a zen_state: "zen" makes one
+            ``ZenState(process_group=group, transport="zen")`` per group FSDP
+            passes, on first use; "process_group" or None (the default) use
+            the group's collectives and need no zen extension. With a
+            zen_state it may only repeat the state's transport.
     """
 
-    def __init__(self, *, max_fraction=0.5, formats=(RUNS, COO, BITMAP, DENSE)):
+    def __init__(self, *, max_fraction=0.5, formats=(RUNS, COO, BITMAP, DENSE), zen_state=None,
+                 transport=None):
+        if transport not in _TRANSPORTS + (None,):
+            raise ValueError(f"SparseReduceScatter: transport must be one of "
+                             f"{', '.join(repr(t) for t in _TRANSPORTS)} or None, got {transport!r}")
+        if zen_state is not None:
+            from zen._ddp import ZenState  # the C++ extension's side: only when asked for
+            if not isinstance(zen_state, ZenState):
+                raise TypeError(f"SparseReduceScatter: zen_state must be a zen.torch.ZenState, "
+                                f"got {type(zen_state).__name__}")
+            if transport is not None and transport != zen_state.transport:
+                raise ValueError(f"SparseReduceScatter: transport={transport!r} but the zen_state's "
+                                 f"transport is {zen_state.transport!r} (give one of them)")
+        self._zen_state = zen_state
+        self._transport = transport
+        self._zen_states = {}  # group -> the ZenState transport="zen" made for it
         if not (isinstance(max_fraction, (int, float)) and max_fraction >= 0):
             raise ValueError(f"SparseReduceScatter: max_fraction must be a number >= 0, got {max_fraction!r}")
         formats = tuple(formats)
@@ -187,6 +243,36 @@ class SparseReduceScatter(_ReduceScatterBase):
         self.last_formats = {}
         self.last_slot = 1
 
+    @property
+    def transport(self):
+        """"zen" or "process_group": the zen_state's, else the one given
+        (None: "process_group")."""
+        if self._zen_state is not None:
+            return self._zen_state.transport
+        return self._transport or "process_group"
+
+    def _context(self, group, world, rank, tensor):
+        """The zen.Context of transport "zen" for `group` (None on transport
+        "process_group"). Raises ValueError, before any exchange, where zen's
+        communicator cannot carry the call (every rank of a group is alike)."""
+        if self.transport != "zen":
+            return None
+        if tensor.device.type != "cpu":
+            raise ValueError(f"zen.fsdp.SparseReduceScatter (rank {rank}): input_tensor is on "
+                             f"{tensor.device}; transport 'zen' reduce-scatters CPU tensors "
+                             "(transport='process_group' runs on the group's device)")
+        state = self._zen_state
+        if state is None:
+            state = self._zen_states.get(group)
+            if state is None:
+                from zen._ddp import ZenState
+                state = self._zen_states[group] = ZenState(group, transport="zen")
+        if state.world_size != world:
+            raise ValueError(f"zen.fsdp.SparseReduceScatter (rank {rank}): the zen_state's group has "
+                             f"{state.world_size} ranks, the reduce-scatter's group {world}: pass a "
+                             "ZenState of the group FSDP reduce-scatters over")
+        return state.context
+
     # -- the Comm interface ---------------------------------------------------
     def allocate(self, size, *, dtype, device):
         return torch.empty(*size, dtype=dtype, device=device)
@@ -194,6 +280,7 @@ class SparseReduceScatter(_ReduceScatterBase):
     def __call__(self, output_tensor, input_tensor, group=None, op=_SUM, async_op=False):
         group = group if group is not None else dist.group.WORLD
         world, rank = dist.get_world_size(group), dist.get_rank(group)
+        ctx = self._context(group, world, rank, input_tensor) if world > 1 else None
         kind, factor = _op_kind_and_factor(op)
         flat_in = input_tensor.reshape(-1)
         n_in, n_out = flat_in.numel(), output_tensor.numel()
@@ -244,9 +331,15 @@ class SparseReduceScatter(_ReduceScatterBase):
         dtype_code = _DTYPES.index(flat_in.dtype) if flat_in.dtype in _DTYPES else 100 + len(str(flat_in.dtype))
         meta = [_MAGIC, n_in, n_out, dtype_code, _op_code(kind),
                 _float_bits(factor) if factor is not None else 0, _float_bits(self.max_fraction),
-                slot, surely_dense]
+                slot, surely_dense, rank]
         mine[:_N_META] = torch.tensor(meta, dtype=torch.int64)
-        if world > 1:
+        if ctx is not None:
+            # zen's communicator, on the context's progress thread in order
+            # with its other calls; a rank in another call raises there.
+            table = torch.empty(world, mine.numel(), dtype=torch.int64)
+            ctx.gather_records(_NAME, mine.numpy(), table.numpy()).wait()
+            rows = table.tolist()
+        elif world > 1:
             table = torch.empty(world * mine.numel(), dtype=torch.int64, device=flat_in.device)
             dist.all_gather_into_tensor(table, mine, group=group)
             rows = table.view(world, -1).tolist()  # a host synchronization, on the counts
@@ -276,7 +369,7 @@ class SparseReduceScatter(_ReduceScatterBase):
                     formats[plan[s][d][0]] = formats.get(plan[s][d][0], 0) + 1
         self._count(True, exchange_bytes + sends[rank], exchange_bytes + recvs[rank], formats)
         return self._sparse(output_tensor, flat_in, group, world, rank, chunk, slot, kind, factor,
-                            nz, rows, plan, async_op)
+                            nz, rows, plan, async_op, ctx)
 
     # -- agreement --------------------------------------------------------------
     @staticmethod
@@ -304,6 +397,12 @@ class SparseReduceScatter(_ReduceScatterBase):
                         f"rank {r} has {show(row[i])}, rank 0 has {show(ref[i])} "
                         f"(this rank: input {tuple(input_tensor.shape)} {input_tensor.dtype}, "
                         f"output {tuple(output_tensor.shape)})")
+        for r, row in enumerate(rows):
+            if row[9] != r:  # zen's communicator ranks the group otherwise: chunks would land wrong
+                raise MismatchError(
+                    f"zen.fsdp.SparseReduceScatter (rank {rank}): rank {r} of the zen communicator is "
+                    f"rank {row[9]} of the reduce-scatter's group: the zen_state's group is not the one "
+                    "FSDP passes")
         n_in, n_out = ref[1], ref[2]
         if n_out * world != n_in:
             raise MismatchError(
@@ -368,7 +467,7 @@ class SparseReduceScatter(_ReduceScatterBase):
 
     # -- the sparse exchange ----------------------------------------------------
     def _sparse(self, output_tensor, flat_in, group, world, rank, chunk, slot, kind, factor,
-                nz, rows, plan, async_op):
+                nz, rows, plan, async_op, ctx):
         device, dtype = flat_in.device, flat_in.dtype
         vb = flat_in.element_size()
         slots = chunk // slot
@@ -425,8 +524,15 @@ class SparseReduceScatter(_ReduceScatterBase):
                 torch.mul(row.view(slots, slot).index_select(0, idx), scale, out=vals_out)
         recv_sizes = [plan[s][rank][1] if s != rank else 0 for s in range(world)]
         recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=device)
-        work = dist.all_to_all_single(recv, send, output_split_sizes=recv_sizes, input_split_sizes=sizes,
-                                      group=group, async_op=async_op)
+        if ctx is not None:
+            # zen's communicator: the buffers are read and written in place
+            # (numpy views), the exchange runs on the context's progress thread.
+            work = ctx.exchange_bytes(_NAME, send.numpy(), sizes, recv.numpy(), recv_sizes)
+            if not async_op:
+                work.wait()
+        else:
+            work = dist.all_to_all_single(recv, send, output_split_sizes=recv_sizes, input_split_sizes=sizes,
+                                          group=group, async_op=async_op)
 
         def finish():
             out = output_tensor.view(-1) if output_tensor.is_contiguous() else torch.empty(

@@ -409,6 +409,19 @@ Handle Context::Start(std::string name, std::vector<BatchTensor>& tensors,
   return Handle(state);
 }
 
+Handle Context::Submit(std::function<void(Communicator&)> work,
+                       std::function<void(std::exception_ptr)> on_done) {
+  auto state = std::make_shared<Handle::State>();
+  state->on_done = std::move(on_done);
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) throw InvalidArgument("zen::Context::Submit after destruction began");
+    queue_.push_back(Job{std::string(), nullptr, state, std::move(work)});
+  }
+  cv_.notify_one();
+  return Handle(state);
+}
+
 void Context::Sync(std::string name, std::vector<BatchTensor>& tensors) {
   Start(std::move(name), tensors).Wait();
 }
@@ -555,6 +568,7 @@ void Context::SyncCoalescedDense(const std::string& batch, std::vector<BatchTens
 }
 
 void Context::Execute(const Job& job) {
+  if (job.work) return job.work(*comm_);
   std::vector<BatchTensor>& tensors = *job.tensors;
   // The tensors' fields carry their schemes and wire values; what else
   // the context's schemes are built with and every rank must share: the

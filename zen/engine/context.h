@@ -193,6 +193,13 @@ class Context {
   // Start(...).Wait().
   void Sync(std::string name, std::vector<BatchTensor>& tensors);
 
+  // Queues `work`, run on the progress thread with the communicator in
+  // Start() order, between batches: a collective that is not a batch of
+  // tensors (exchange_job.h: byte exchanges for zen.fsdp). Its exception
+  // is the handle's error; `on_done` as for Start().
+  Handle Submit(std::function<void(Communicator&)> work,
+                std::function<void(std::exception_ptr)> on_done = {});
+
   // Blocks until every batch started so far is done.
   void Drain();
 
@@ -215,6 +222,7 @@ class Context {
     std::string name;
     std::vector<BatchTensor>* tensors;
     std::shared_ptr<Handle::State> state;
+    std::function<void(Communicator&)> work = {};  // set by Submit: runs instead of a batch
   };
   void Init();
   void Run();
