@@ -43,10 +43,38 @@ inline Snapshot Take(const Communicator& comm) {
   return {comm.counters().total_sent(), comm.counters().total_recv()};
 }
 
-// The value types the templated phases (aggregate.cc, exchange.cc,
-// result.cc) are instantiated for: those WithValueType dispatches. X(T)
-// per type.
+// The value types the templated phases (partition.cc, aggregate.cc,
+// exchange.cc, result.cc) are instantiated for, X(T) per type: the dtypes
+// zen declares (kZenCapabilities). Another needs the partitioner to move
+// its rows (PartitionRows: float32 lanes) and its parts in
+// Workspace::parts.
 #define ZEN_SCHEME_VALUE_TYPES(X) X(float) X(double)
+
+#define ZEN_IS_VALUE_TYPE(T) std::is_same_v<V, T> ||
+template <typename V>
+inline constexpr bool kZenValueType = ZEN_SCHEME_VALUE_TYPES(ZEN_IS_VALUE_TYPE) false;
+#undef ZEN_IS_VALUE_TYPE
+
+template <typename R>
+[[noreturn]] R NotZenValueType(DType d) {
+  throw InvalidArgument(Where{}, "zen: ", DTypeName(d),
+                        " values are not summed by zen (float32 and float64 are)");
+}
+
+// WithValueType for zen's value types: fn.template operator()<T>() for T
+// in ZEN_SCHEME_VALUE_TYPES; another dtype WithValueType dispatches is
+// InvalidArgument (Sync refuses it first: zen does not declare it).
+template <typename Fn>
+decltype(auto) WithZenValueType(DType d, Fn&& fn) {
+  using R = decltype(fn.template operator()<float>());
+  return WithValueType(d, [&]<typename T>() -> R {
+    if constexpr (kZenValueType<T>) {
+      return fn.template operator()<T>();
+    } else {
+      return NotZenValueType<R>(d);
+    }
+  });
+}
 
 // The largest message a peer may announce: a COO message of `count` rows
 // of `value_bytes`-byte values (a full bitmap is smaller); saturates
