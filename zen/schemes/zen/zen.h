@@ -62,7 +62,7 @@
 //
 // Usage:
 //   auto s = zen::BuiltinSchemes().Create("zen", options);
-//   zen::SparseTensor sum = s->Sync(comm, local);
+//   zen::SparseTensor sum = s->Sync(comm, local);   // float32 or float64, summed in it
 //   s->SyncDense(comm, bucket, rows, width, "emb");   // hierarchical-hash path
 //   if (const zen::ZenStats* st = zen::ZenLastStats(*s)) print(st->pull_bytes_recv);
 #pragma once
