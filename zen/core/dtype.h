@@ -17,6 +17,8 @@
 //   zen::DType d = t.dtype();                        // e.g. DType::kFloat64
 //   size_t bytes = zen::DTypeSize(d);                // 8
 //   zen::WithValueType(d, [&]<typename T>() { Sum<T>(t.values<T>()); });
+//   float x = zen::Widen(zen::Narrow<zen::Bfloat16>(0.1f));   // 0.10009765625f
+//   bool ok = zen::DTypeSet::All().Has(d);             // a scheme's dtypes
 #pragma once
 
 #include <cstddef>

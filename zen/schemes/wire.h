@@ -89,8 +89,8 @@ inline ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const float>
   return EncodeCoo<float>(ids, values);
 }
 
-// T: the values' type (float, double), which the receiver knows from the
-// agreed dtype.
+// T: the values' type (any of dtype.h's value types), which the receiver
+// knows from the agreed dtype.
 template <typename T = float>
 SparseTensor DecodeCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width,
                        const Where& where, int sender);
