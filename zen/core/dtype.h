@@ -40,9 +40,10 @@ namespace zen {
 // DTypeName, DTypeSize, DTypeOf, WithValueType, PerValueType (one object
 // per value type), the explicit instantiations of the core kernels
 // (reduce.cc, merge_rows.cc, sparse_tensor.cc) and of the schemes' typed
-// code, and the bindings' dtype table (python/src/bind_schemes.cc). A new
-// dtype is one line here plus its storage type and ValueTraits below
-// (docs/architecture.md, "How to add a dtype").
+// code, and the bindings' dtype rule (ValueDType, python/src/bind_schemes.cc:
+// numpy names the dtypes as DTypeName does). A new dtype is one line here
+// plus its storage type and ValueTraits below (docs/architecture.md, "How
+// to add a dtype").
 #define ZEN_FOR_EACH_VALUE_TYPE(X)      \
   X(float, kFloat32, 1, "float32")      \
   X(double, kFloat64, 2, "float64")     \
