@@ -152,8 +152,7 @@ DenseValues WritableValues(PyBatch& b, const py::object& obj, const std::string&
     return {};
   }
   b.keep.push_back(obj);
-  out.bytes = std::span(static_cast<std::byte*>(a.mutable_data()),
-                        static_cast<size_t>(a.size()) * DTypeSize(out.dtype));
+  out.bytes = std::span(static_cast<std::byte*>(a.mutable_data()), static_cast<size_t>(a.nbytes()));
   return out;
 }
 

@@ -244,7 +244,7 @@ void SyncDense(Scheme& scheme, Communicator& comm, const py::object& buffer_obj,
     auto buffer = py::reinterpret_borrow<py::array>(buffer_obj);
     data.dtype = dtype;
     data.bytes = std::span(static_cast<std::byte*>(buffer.mutable_data()),
-                           static_cast<size_t>(buffer.size()) * DTypeSize(dtype));
+                           static_cast<size_t>(buffer.nbytes()));
   }
   py::gil_scoped_release release;
   if (!args.error.empty()) {
@@ -290,10 +290,8 @@ bool ValueDType(const py::array& a, const std::string& named, bool strict, DType
   const std::string own = py::str(a.dtype()).cast<std::string>();
   DType d = DType::kFloat32;
   if (!named.empty() && named != own && DTypeFromName(named, d)) {
-    // The item size through numpy's attribute: this pybind11's itemsize()
-    // reads numpy 1's descriptor layout.
     const char kind = a.dtype().kind();
-    if (a.dtype().attr("itemsize").cast<size_t>() == DTypeSize(d) &&
+    if (static_cast<size_t>(a.itemsize()) == DTypeSize(d) &&
         (kind == 'f' || kind == 'i' || kind == 'u')) {
       out = d;
       return true;

@@ -44,20 +44,11 @@ pybind11::array_t<T> ToArray(std::vector<T> data, std::vector<pybind11::ssize_t>
 pybind11::dtype NumpyDType(DType d);
 
 // ToArray for the values of any dtype (dtype.h), as NumpyDType(DTypeOf<T>).
-// The strides are given (C order, from sizeof(T)): this pybind11 computes
-// them from dtype::itemsize(), which reads numpy 1's descriptor layout.
 template <typename T>
 pybind11::array ToValueArray(std::vector<T> data, std::vector<pybind11::ssize_t> shape) {
   auto* owned = new std::vector<T>(std::move(data));
   pybind11::capsule free(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  std::vector<pybind11::ssize_t> strides(shape.size());
-  pybind11::ssize_t step = sizeof(T);
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = step;
-    step *= shape[i];
-  }
-  return pybind11::array(NumpyDType(DTypeOf<T>), std::move(shape), std::move(strides),
-                         owned->data(), free);
+  return pybind11::array(NumpyDType(DTypeOf<T>), std::move(shape), owned->data(), free);
 }
 
 // The dtype of a numpy array's values, read in place (no converting copy),
