@@ -674,7 +674,7 @@ def scenario_raw_args(rank, world):
     ids = np.array([rank], dtype=np.int64)
     vals = np.ones((1, 2), dtype=np.float32)
     cases = {
-        "float64 values": (10, 2, ids, vals.astype(np.float64), 1),
+        "int32 values": (10, 2, ids, vals.astype(np.int32), 1),
         "float ids": (10, 2, np.array([1.7]), vals, 0),
         "None values": (10, 2, ids, None, world - 1),
         "float rows": (10.0, 2, ids, vals, 0),
@@ -692,9 +692,9 @@ def scenario_raw_args(rank, world):
         out_ids, out_values = scheme.sync(comm, 10, 2, ids, vals, "raw")
         assert out_ids.tolist() == list(range(world)), (label, out_ids)
         assert out_values.tolist() == [[1.0, 1.0]] * world, (label, out_values)
-    # Dense: a float64 buffer on one rank, then a good call.
-    buf = np.full((3, 2), float(rank + 1), dtype=np.float64 if rank == 0 else np.float32)
-    messages["dense float64"] = expect(ValueError,
+    # Dense: an int32 buffer on one rank, then a good call.
+    buf = np.full((3, 2), rank + 1, dtype=np.int32 if rank == 0 else np.float32)
+    messages["dense int32"] = expect(ValueError,
                                        lambda: scheme.sync_dense(comm, buf, 3, 2, "rawd"))
     good = np.full((3, 2), float(rank + 1), dtype=np.float32)
     scheme.sync_dense(comm, good, 3, 2, "rawd")
@@ -744,8 +744,7 @@ def scenario_wrong_sums(rank, world):
     # W2: float64 values that float32 cannot hold: past its range (inf in
     # float32) and below its smallest subnormal (0 in float32), and
     # 1e10 + 1 - 1e10 (0 in float32), dense and sparse: summed in float64
-    # (scheme auto: zen sums float32 only; the state's scheme "zen" refuses
-    # them on every rank, naming the schemes that sum float64).
+    # by scheme auto and by the state's scheme "zen" ("... on zen").
     cancel = [1e10, 1.0, -1e10] if world >= 3 else [1e10, 1.0 - 1e10]
     for label, values in {"1e300": [1e300, 1e-300], "1e40": [1e40, 1.0],
                           "1e-300": [1.0, 1e-300], "FLT_MAX": [3.4e38, 1.0],
@@ -763,14 +762,13 @@ def scenario_wrong_sums(rank, world):
                 t = torch.tensor(v, dtype=torch.float64)
             else:
                 t = sparse([[0, 3]], (5,), torch.tensor(v, dtype=torch.float64))
-            if label == "1e300" and layout == "dense":
-                messages["float64 on zen"] = expect(
-                    ValueError, lambda: zen.torch.allreduce_(t.clone(), state=state, name="w2z"),
-                    "float64")
-            out = zen.torch.allreduce_(t, state=state, name="w2", scheme="auto")
-            got = out.tolist() if layout == "dense" else [out.to_dense()[0].item(),
-                                                          out.to_dense()[3].item()]
-            exact[f"{label} {layout}"] = {"got": got, "ref": ref, "dtype": str(out.dtype)}
+            for on, scheme in (("", "auto"), (" on zen", None)):
+                out = zen.torch.allreduce_(t.clone(), state=state, name="w2" + on,
+                                           **({"scheme": scheme} if scheme else {}))
+                got = out.tolist() if layout == "dense" else [out.to_dense()[0].item(),
+                                                              out.to_dense()[3].item()]
+                exact[f"{label} {layout}{on}"] = {"got": got, "ref": ref,
+                                                  "dtype": str(out.dtype)}
             t = torch.tensor([1.0, 2.0], dtype=torch.float64)
             zen.torch.allreduce_(t, state=state, name="w2", scheme="auto")
             assert t.tolist() == [world * 1.0, world * 2.0], t
@@ -792,27 +790,30 @@ def scenario_wrong_sums(rank, world):
     out = zen.torch.allreduce_(s0, state=state, name="s0")
     assert out.to_dense().tolist() == [world * (world + 1) / 2] * 3, out
     # W2 in DDP: an fp64 model with gradients near 1e40 (inf in float32):
-    # with scheme "zen" (float32 only) it raises on every rank, naming
-    # float64; with the default scheme its gradients are plain DDP's bit
-    # for bit (summed in float64, not trained on inf and NaN entries).
+    # with the default scheme and with scheme "zen" its gradients are plain
+    # DDP's bit for bit (summed in float64, not trained on inf and NaN
+    # entries). A hook's error reaches backward with its class name: ranks
+    # registered with different schemes raise on every rank.
     torch.manual_seed(0)
     model = nn.Linear(4, 3).double()
     ddp = nn.parallel.DistributedDataParallel(model)
-    zen.torch.register(ddp, scheme="zen")
+    zen.torch.register(ddp, scheme="agsparse" if rank == bad_rank else "zen")
     x = torch.full((2, 4), 1e40 if rank == bad_rank else 1.0, dtype=torch.float64)
-    messages["ddp fp64"] = expect(Exception, lambda: ddp(x).sum().backward(), "float64")
+    messages["ddp fp64"] = expect(Exception, lambda: ddp(x).sum().backward(), "scheme")
     # The class name reaches backward (not "Unable to cast ... to Tensor").
-    assert "ValueError: rank" in messages["ddp fp64"], messages["ddp fp64"]
+    assert "MismatchError: rank" in messages["ddp fp64"], messages["ddp fp64"]
     assert "Unable to cast" not in messages["ddp fp64"], messages["ddp fp64"]
     grads = {}
-    for hooked in (True, False):
+    for hooked in ("auto", "zen", None):
         torch.manual_seed(0)
         net = nn.parallel.DistributedDataParallel(nn.Linear(4, 3).double())
         if hooked:
-            zen.torch.register(net)
+            zen.torch.register(net, scheme=hooked)
         net(x).sum().backward()
         grads[hooked] = [p.grad.tolist() for p in net.parameters()]
-    exact["ddp fp64 1e40"] = {"got": grads[True], "ref": grads[False], "dtype": "torch.float64"}
+    for on, hooked in (("", "auto"), (" on zen", "zen")):
+        exact["ddp fp64 1e40" + on] = {"got": grads[hooked], "ref": grads[None],
+                                       "dtype": "torch.float64"}
     return messages
 
 

@@ -694,8 +694,8 @@ def _ddp_order(state, buffer):
     """Whether a dense bucket's zen items are summed in Gloo's ring order:
     float32 or float64 values on a bucket of that dtype, 3 or more ranks (on
     2 the order does not matter), and a scheme that can (float32: zen;
-    float64: dense; or auto, which then means that one)."""
-    can = {torch.float32: ("auto", "zen"), torch.float64: ("auto", "dense")}
+    float64: dense or zen; or auto, which then means zen or dense)."""
+    can = {torch.float32: ("auto", "zen"), torch.float64: ("auto", "dense", "zen")}
     return (state.ddp_order and state.values == "fp32" and buffer.dtype in can
             and state.world_size >= 3 and state.scheme_id in can[buffer.dtype])
 

@@ -1,6 +1,7 @@
 // zen/schemes/zen/aggregate.cc — phase 3, aggregate: this server's
 // partition summed straight out of the receive buffers into its pull
-// message.
+// message. The adding functions are templates on the value type T
+// (instantiated for ZEN_SCHEME_VALUE_TYPES) and add in AccumOf<T>.
 #include "zen/schemes/zen/zen.h"
 
 #include <algorithm>
@@ -14,33 +15,46 @@ namespace zen {
 
 using zen_internal::SlotClass;
 using zen_internal::ClassSlot;
+using zen_internal::CopyRowOf;
+using zen_internal::ValuesOf;
 
+template <typename T>
 int64_t ZenScheme::Aggregate(const HashDomains& domains, int server, int64_t width) {
   // This server's partition, summed straight out of the receive buffers.
   Workspace& ws = ws_;
   const Partitions& mine = ws.mine;
   const int n = domains.servers();
   const bool compact = CompactPush(width, domains.size(server));
-  ws.parts.clear();
+  std::vector<RowsOf<T>>& parts = PartsOf<T>();
+  parts.clear();
+  ws.part_count = static_cast<size_t>(n);
   for (int i = 0; i < n; ++i) {
     if (i == server) {
-      ws.parts.push_back({mine.positions_of(server), mine.values_of(server)});
+      parts.push_back({mine.positions_of(server), ValuesOf<T>(mine, server)});
       continue;
     }
     const RowsMessage& m = ws.pushed[static_cast<size_t>(i)];
     // COO positions are int64 at an 8-byte aligned offset of the buffer
     // (compact ones are read by AggregateElements from the message).
-    ws.parts.push_back(
+    parts.push_back(
         {compact ? std::span<const int64_t>()
                  : std::span(reinterpret_cast<const int64_t*>(m.index),
                              static_cast<size_t>(m.count)),
-         std::span(m.row(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
+         std::span(m.row<T>(0), static_cast<size_t>(m.count) * static_cast<size_t>(width))});
   }
-  // The sum is written straight into the pull message.
+  // The sum is written straight into the pull message. (Compact pushes are
+  // float32's: CompactPush.)
   ws.group_starts.clear();
-  const int64_t served = !call_.sum_order.empty() ? AggregateInSumOrder(domains, server, width)
-                         : compact ? AggregateElements(domains.size(server), server)
-                                   : AggregateRows(domains.size(server), width, server);
+  int64_t served = 0;
+  if (!call_.sum_order.empty()) {
+    served = AggregateInSumOrder<T>(domains, server, width);
+  } else if (compact) {
+    if constexpr (std::is_same_v<T, float>) {
+      served = AggregateElements(domains.size(server), server);
+    }
+  } else {
+    served = AggregateRows<T>(domains.size(server), width, server);
+  }
   if (ws.group_starts.empty()) {  // grouped: its indexes are written already
     WriteRowsIndex(domains.size(server), width, ws.served_positions, ws.pull_layout,
                    ws.pull_send);
@@ -49,22 +63,24 @@ int64_t ZenScheme::Aggregate(const HashDomains& domains, int server, int64_t wid
   return served;
 }
 
+template <typename T>
 int64_t ZenScheme::AggregateRows(int64_t domain_size, int64_t width, int server) {
   Workspace& ws = ws_;
+  const std::span<const RowsOf<T>> parts = PartsOf<T>();
   size_t total = 0;
-  for (const RowsView& part : ws.parts) total += part.ids.size();
+  for (const RowsOf<T>& part : parts) total += part.ids.size();
   if (domain_size <= (int64_t{1} << 32) && total < (size_t{1} << 32)) {
-    return AggregateRowsSorted(domain_size, width, total, server);
+    return AggregateRowsSorted<T>(domain_size, width, total, server);
   }
   // A keys-only merge counts the union (which fixes the encoding and the
   // values' offset); the second merge writes the summed values where they
   // are sent from.
-  const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
-  ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding);
+  const int64_t served = static_cast<int64_t>(MergedCount(parts, ws.merge));
+  ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding, sizeof(T));
   ws.pull_send.resize(ws.pull_layout.bytes);
   ws.served_positions.resize(static_cast<size_t>(served));
-  MergeSumRowsInto(ws.parts, width, ws.served_positions.data(),
-                   reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset),
+  MergeSumRowsInto(parts, width, ws.served_positions.data(),
+                   reinterpret_cast<T*>(ws.pull_send.data() + ws.pull_layout.values_offset),
                    ws.merge);
   return served;
 }
@@ -74,18 +90,21 @@ namespace {
 // The incoming rows of a server, one word per row (its position above its
 // index in `rows`), sorted by position: runs of equal positions summed in
 // place, the first row copied and the others added in rank order (the
-// sort is stable), bit for bit what the n-way merge gives.
+// sort is stable), bit for bit what the n-way merge gives. Values of T are
+// added in AccumOf<T>: in place where that is T (float32, float64), else
+// in an accumulator narrowed once per stored value.
+template <typename T>
 struct SortedRows {
   const uint64_t* words;
-  const float* const* rows;
+  const std::byte* const* rows;
   size_t total;
   int64_t width;
 
   // The rows are read in position order, i.e. at random: prefetched ahead.
   static constexpr size_t kAhead = 8;
-  const float* Row(size_t i) const {
+  const T* Row(size_t i) const {
     if (i + kAhead < total) __builtin_prefetch(rows[static_cast<uint32_t>(words[i + kAhead])]);
-    return rows[static_cast<uint32_t>(words[i])];
+    return reinterpret_cast<const T*>(rows[static_cast<uint32_t>(words[i])]);
   }
 
   // Sums each run of equal positions into place(served row index), then
@@ -96,43 +115,70 @@ struct SortedRows {
     size_t s = 0;
     for (size_t i = 0; i < total; ++s) {
       const uint64_t p = words[i] >> 32;
-      float* out = place(s);
-      CopyRow(out, Row(i), width);
-      for (++i; i < total && (words[i] >> 32) == p; ++i) {
-        const float* src = Row(i);
-        for (size_t c = 0; c < w; ++c) out[c] += src[c];
+      T* out = place(s);
+      if constexpr (std::is_same_v<AccumOf<T>, T>) {
+        CopyRowOf(out, Row(i), width);
+        for (++i; i < total && (words[i] >> 32) == p; ++i) {
+          const T* src = Row(i);
+          for (size_t c = 0; c < w; ++c) out[c] += src[c];
+        }
+      } else {
+        size_t end = i + 1;
+        while (end < total && (words[end] >> 32) == p) ++end;
+        SumWidened(out, i, end);
+        i = end;
       }
       done(s, out);
     }
   }
-  // Into consecutive rows at `out`.
-  void SumRunsInto(float* out) const {
+  // Rows [first, end) summed in AccumOf<T>, a block of columns at a time,
+  // and narrowed once into out.
+  void SumWidened(T* out, size_t first, size_t end) const {
+    constexpr size_t kBlock = 64;
     const size_t w = static_cast<size_t>(width);
-    SumRuns([&](size_t s) { return out + s * w; }, [](size_t, float*) {});
+    AccumOf<T> acc[kBlock];
+    for (size_t c0 = 0; c0 < w; c0 += kBlock) {
+      const size_t cols = std::min(kBlock, w - c0);
+      for (size_t c = 0; c < cols; ++c) acc[c] = Widen(Row(first)[c0 + c]);
+      for (size_t i = first + 1; i < end; ++i) {
+        const T* src = Row(i) + c0;
+        for (size_t c = 0; c < cols; ++c) acc[c] += Widen(src[c]);
+      }
+      for (size_t c = 0; c < cols; ++c) out[c0 + c] = Narrow<T>(acc[c]);
+    }
+  }
+  // Into consecutive rows at `out`.
+  void SumRunsInto(std::byte* out) const {
+    const size_t w = static_cast<size_t>(width);
+    T* first = reinterpret_cast<T*>(out);
+    SumRuns([&](size_t s) { return first + s * w; }, [](size_t, T*) {});
   }
 };
 
 }  // namespace
 
+template <typename T>
 void ZenScheme::SortIncomingRows(int64_t domain_size, int64_t width, size_t total) {
   Workspace& ws = ws_;
-  const size_t w = static_cast<size_t>(width);
+  const std::span<const RowsOf<T>> parts = PartsOf<T>();
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(T);
   ws.words.resize(total);
   ws.agg_rows.resize(total);
   ws.agg_parts.resize(total);
   size_t k = 0;
-  for (size_t q = 0; q < ws.parts.size(); ++q) {
-    const float* v = ws.parts[q].values.data();
-    for (const int64_t p : ws.parts[q].ids) {
+  for (size_t q = 0; q < parts.size(); ++q) {
+    const std::byte* v = reinterpret_cast<const std::byte*>(parts[q].values.data());
+    for (const int64_t p : parts[q].ids) {
       ws.words[k] = static_cast<uint64_t>(p) << 32 | k;
       ws.agg_parts[k] = static_cast<uint32_t>(q);
       ws.agg_rows[k++] = v;
-      v += w;
+      v += row_bytes;
     }
   }
   SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
 }
 
+template <typename T>
 int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total,
                                        int server) {
   // One word per incoming row, its position above its index in agg_rows,
@@ -141,15 +187,18 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   // positions into the pull message (SortedRows): a few streaming passes,
   // where a heap merge costs a few mispredicted branches per row.
   Workspace& ws = ws_;
-  const size_t parts = ws.parts.size();
-  SortIncomingRows(domain_size, width, total);
-  const SortedRows sorted{ws.words.data(), ws.agg_rows.data(), total, width};
-  if (parts < 2 || !GroupsPay(SIZE_MAX, static_cast<int>(parts))) {  // never pays
+  const size_t parts = ws.part_count;
+  SortIncomingRows<T>(domain_size, width, total);
+  const SortedRows<T> sorted{ws.words.data(), ws.agg_rows.data(), total, width};
+  // A grouped pull travels as windows (an AllToAllV), which only wide rows
+  // use (PostRounds): width 1 (float64's, the element path being float32's)
+  // pulls one plain message.
+  if (parts < 2 || width == 1 || !GroupsPay(SIZE_MAX, static_cast<int>(parts))) {
     sorted.SumRunsInto(LayoutServed(domain_size, width));
     return static_cast<int64_t>(ws.served_positions.size());
   }
   const size_t served = ClassifyServed(total, server);
-  const size_t left_out_bytes = ws.left_out_rows * static_cast<size_t>(width) * sizeof(float);
+  const size_t left_out_bytes = ws.left_out_rows * static_cast<size_t>(width) * sizeof(T);
   if (!GroupsPay(left_out_bytes, static_cast<int>(parts))) {
     sorted.SumRunsInto(LayoutServedPositions(domain_size, width));
     return static_cast<int64_t>(served);
@@ -160,22 +209,22 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
   const size_t classes = parts + 1;
   ws.class_next.resize(classes);
   for (size_t c = 0; c < classes; ++c) {
-    ws.class_next[c] = reinterpret_cast<float*>(ws.pull_send.data() +
-                                                ws.group_starts[ClassSlot(c, parts)] +
-                                                ws.class_layouts[c].values_offset);
+    ws.class_next[c] = ws.pull_send.data() + ws.group_starts[ClassSlot(c, parts)] +
+                       ws.class_layouts[c].values_offset;
   }
   const uint32_t* cls = ws.served_class.data();
-  float** next = ws.class_next.data();
-  const size_t twin = end / sizeof(float);  // the second copy, in floats (end is 8-aligned)
+  std::byte** next = ws.class_next.data();
+  const size_t twin = end / sizeof(T);  // the second copy, in values (end is 8-aligned)
+  const size_t row_bytes = static_cast<size_t>(width) * sizeof(T);
   const uint32_t last_twinned = static_cast<uint32_t>(parts - 1);  // class of slot n-2
   sorted.SumRuns(
       [&](size_t s) {
-        float* out = next[cls[s]];
-        next[cls[s]] = out + static_cast<size_t>(width);
+        T* out = reinterpret_cast<T*>(next[cls[s]]);
+        next[cls[s]] += row_bytes;
         return out;
       },
-      [&](size_t s, float* out) {
-        if (twice && cls[s] != 0 && cls[s] <= last_twinned) CopyRow(out + twin, out, width);
+      [&](size_t s, T* out) {
+        if (twice && cls[s] != 0 && cls[s] <= last_twinned) CopyRowOf(out + twin, out, width);
       });
   WriteGroupedIndexes(domain_size, width);
   if (twice) {
@@ -196,7 +245,7 @@ size_t ZenScheme::ClassifyServed(size_t total, int server) {
   // Each served row's class: shared (two or more contributors) or the sole
   // row of the rank whose part holds it.
   Workspace& ws = ws_;
-  const size_t parts = ws.parts.size();
+  const size_t parts = ws.part_count;
   const uint64_t* words = ws.words.data();
   ws.served_positions.resize(total);  // at most one per word; cut below
   ws.served_class.resize(total);
@@ -230,12 +279,12 @@ size_t ZenScheme::LayoutGroupedPull(int64_t domain_size, int64_t width, bool twi
   // (each sole row stored at its two places: no pass of its own);
   // half-width values are narrowed and packed first, then copied.
   Workspace& ws = ws_;
-  const size_t parts = ws.parts.size();
+  const size_t parts = ws.part_count;
   const size_t classes = parts + 1;
   ws.class_layouts.resize(classes);
   for (size_t c = 0; c < classes; ++c) {
     ws.class_layouts[c] = LayoutRows(domain_size, static_cast<int64_t>(ws.class_rows[c]), width,
-                                     config_.pull_encoding);
+                                     config_.pull_encoding, ValueBytes());
   }
   ws.group_starts.resize(classes + 1);
   size_t end = 0;
@@ -272,7 +321,7 @@ size_t ZenScheme::LayoutGroupedPull(int64_t domain_size, int64_t width, bool twi
   return end;
 }
 
-float* ZenScheme::LayoutServed(int64_t domain_size, int64_t width) {
+std::byte* ZenScheme::LayoutServed(int64_t domain_size, int64_t width) {
   Workspace& ws = ws_;
   ws.served_positions.clear();
   for (const uint64_t x : ws.words) {
@@ -284,22 +333,25 @@ float* ZenScheme::LayoutServed(int64_t domain_size, int64_t width) {
   return LayoutServedPositions(domain_size, width);
 }
 
-float* ZenScheme::LayoutServedPositions(int64_t domain_size, int64_t width) {
+std::byte* ZenScheme::LayoutServedPositions(int64_t domain_size, int64_t width) {
   Workspace& ws = ws_;
   const auto served = static_cast<int64_t>(ws.served_positions.size());
-  ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding);
+  ws.pull_layout = LayoutRows(domain_size, served, width, config_.pull_encoding, ValueBytes());
   ws.pull_send.resize(ws.pull_layout.bytes);
-  return reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset);
+  return ws.pull_send.data() + ws.pull_layout.values_offset;
 }
 
+template <typename T>
 int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, int64_t width) {
   Workspace& ws = ws_;
   const int n = domains.servers();
   const size_t w = static_cast<size_t>(width);
-  const int64_t served = static_cast<int64_t>(MergedCount(ws.parts, ws.merge));
-  ws.pull_layout = LayoutRows(domains.size(server), served, width, config_.pull_encoding);
+  const std::span<const RowsOf<T>> parts = PartsOf<T>();
+  const int64_t served = static_cast<int64_t>(MergedCount(parts, ws.merge));
+  ws.pull_layout =
+      LayoutRows(domains.size(server), served, width, config_.pull_encoding, sizeof(T));
   ws.pull_send.resize(ws.pull_layout.bytes);
-  float* out = reinterpret_cast<float*>(ws.pull_send.data() + ws.pull_layout.values_offset);
+  T* out = reinterpret_cast<T*>(ws.pull_send.data() + ws.pull_layout.values_offset);
   ws.served_positions.clear();
   contrib_.assign(static_cast<size_t>(n), nullptr);
   const RowOwner& owner = domains.owner();
@@ -307,7 +359,7 @@ int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, i
   // Sums the row of `key` (its contributions in contrib_) into out.
   auto flush = [&](int64_t key) {
     const int64_t id = owner.IdOfKey(start + key);
-    float* dst = out + ws.served_positions.size() * w;
+    T* dst = out + ws.served_positions.size() * w;
     ws.served_positions.push_back(key);
     int64_t e = id * width;  // < rows x width: checked when the call was validated
     auto step = std::upper_bound(call_.sum_order.begin(), call_.sum_order.end(), e,
@@ -317,25 +369,25 @@ int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, i
     for (size_t k = 0; k < w; ++k, ++e) {
       while (step != call_.sum_order.end() && step->first <= e) ++step;
       const int first = step == call_.sum_order.begin() ? n - 1 : (step - 1)->second;
-      float acc = 0;
+      AccumOf<T> acc = 0;
       bool any = false;
       for (int j = 0, q = first; j < n; ++j, q = q == 0 ? n - 1 : q - 1) {
-        const float* row = contrib_[static_cast<size_t>(q)];
+        const T* row = reinterpret_cast<const T*>(contrib_[static_cast<size_t>(q)]);
         if (row == nullptr) continue;
-        acc = any ? row[k] + acc : row[k];
+        acc = any ? Widen(row[k]) + acc : Widen(row[k]);
         any = true;
       }
-      dst[k] = acc;
+      dst[k] = Narrow<T>(acc);
     }
     std::fill(contrib_.begin(), contrib_.end(), nullptr);
   };
   bool pending = false;
   int64_t current = 0;
-  ForEachMerged(ws.parts, ws.merge, [&](int64_t key, size_t part, size_t i) {
+  ForEachMerged(parts, ws.merge, [&](int64_t key, size_t part, size_t i) {
     if (pending && key != current) flush(current);
     current = key;
     pending = true;
-    contrib_[part] = ws.parts[part].values.data() + i * w;
+    contrib_[part] = reinterpret_cast<const std::byte*>(parts[part].values.data() + i * w);
   });
   if (pending) flush(current);
   return served;
@@ -354,21 +406,22 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
   // words and one pass that sums runs of equal positions (stable: the
   // same order).
   Workspace& ws = ws_;
-  const size_t parts = ws.parts.size();
+  const std::span<const RowsOf<float>> all = PartsOf<float>();
+  const size_t parts = all.size();
   size_t total = 0;
-  for (const RowsView& part : ws.parts) total += part.values.size();
+  for (const RowsOf<float>& part : all) total += part.values.size();
   ws.words.resize(total);
   ws.part_ends.resize(parts);
   uint64_t* w = ws.words.data();
   for (size_t q = 0; q < parts; ++q) {
-    const std::span<const float> values = ws.parts[q].values;
+    const std::span<const float> values = all[q].values;
     auto word = [&](size_t i, uint64_t position) {
       uint32_t bits;
       std::memcpy(&bits, &values[i], sizeof(bits));
       *w++ = position << 32 | bits;
     };
     if (static_cast<int>(q) == server) {
-      const std::span<const int64_t> own = ws.parts[q].ids;
+      const std::span<const int64_t> own = all[q].ids;
       for (size_t i = 0; i < values.size(); ++i) word(i, static_cast<uint64_t>(own[i]));
     } else {
       ws.pushed[q].ForEach([&](size_t i, int64_t p) { word(i, static_cast<uint64_t>(p)); });
@@ -379,12 +432,12 @@ int64_t ZenScheme::AggregateElements(int64_t domain_size, int server) {
   const uint64_t ranges = (domain - 1) / kElementRange + 1;
   if (ranges * parts <= 4 * static_cast<uint64_t>(total)) {
     AggregateElementRanges(ranges, server);
-    float* out = LayoutServedPositions(domain_size, 1);
+    float* out = reinterpret_cast<float*>(LayoutServedPositions(domain_size, 1));
     std::copy(ws.served_sums.begin(), ws.served_sums.end(), out);
     return static_cast<int64_t>(ws.served_positions.size());
   }
   SortWordsByBits(ws.words, ws.word_scratch, 32, KeyBits(domain_size));
-  float* out = LayoutServed(domain_size, 1);
+  float* out = reinterpret_cast<float*>(LayoutServed(domain_size, 1));
   size_t k = 0;
   for (size_t i = 0; i < total;) {
     const uint64_t p = ws.words[i] >> 32;
@@ -408,7 +461,7 @@ void ZenScheme::AggregateElementRanges(uint64_t ranges, int server) {
   // for bit the n-way merge's sums) and read out in position order from a
   // bitmap of the positions seen. No sort, no scatter.
   Workspace& ws = ws_;
-  const size_t parts = ws.parts.size();
+  const size_t parts = ws.part_count;
   ws.served_positions.clear();
   ws.served_sums.clear();
   ws.cursors.resize(parts);
@@ -452,5 +505,10 @@ void ZenScheme::AggregateElementRanges(uint64_t ranges, int server) {
     }
   }
 }
+
+#define ZEN_INSTANTIATE(T)                                                                 \
+  template int64_t ZenScheme::Aggregate<T>(const HashDomains&, int, int64_t);
+ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
 
 }  // namespace zen

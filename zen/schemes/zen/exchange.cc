@@ -26,20 +26,24 @@ ZenScheme::Rounds ZenScheme::PostRounds(Communicator& comm, const HashDomains& d
   Workspace& ws = ws_;
   const int n = comm.size();
   Rounds rounds;
-  rounds.push_tag = PostAllToAllV(comm, ws.push_recv, CooBound(domains.size(comm.rank()), width),
-                                  ws.push_requests);
+  const size_t value_bytes = ValueBytes();
+  rounds.push_tag = PostAllToAllV(
+      comm, ws.push_recv, CooBound(domains.size(comm.rank()), width, value_bytes),
+      ws.push_requests);
   // Wide rows: each peer gets its window of the pull (a grouped pull leaves
   // the peer's own sole rows out; zen.h), an AllToAllV on every rank.
   rounds.windows = width > 1;
   rounds.pull_tag =
       rounds.windows
-          ? PostAllToAllV(comm, ws.pull_recv, WindowBound(domains.max_size(), width, n),
+          ? PostAllToAllV(comm, ws.pull_recv,
+                          WindowBound(domains.max_size(), width, value_bytes, n),
                           ws.pull_requests)
-          : PostAllGatherV(comm, ws.pull_recv, CooBound(domains.max_size(), width),
+          : PostAllGatherV(comm, ws.pull_recv, CooBound(domains.max_size(), width, value_bytes),
                            ws.pull_requests);
   return rounds;
 }
 
+template <typename T>
 void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t width,
                          const Where& where, OnPulled on_pulled, PositionCheck pulled_positions) {
   auto t0 = Clock::now();
@@ -52,7 +56,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
     stats_.push_seconds = Since(t0);
 
     t0 = Clock::now();
-    const int64_t served = Aggregate(domains, comm.rank(), width);
+    const int64_t served = Aggregate<T>(domains, comm.rank(), width);
     stats_.aggregate_seconds = Since(t0);
 
     Pull(comm, domains, width, where, on_pulled, pulled_positions, served, rounds);
@@ -74,6 +78,12 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   stats_.pull_bytes_sent = after_pull.sent - after_push.sent;
   stats_.pull_bytes_recv = after_pull.recv - after_push.recv;
 }
+
+#define ZEN_INSTANTIATE(T)                                                                 \
+  template void ZenScheme::Exchange<T>(Communicator&, const HashDomains&, int64_t, const Where&, \
+                                       OnPulled, PositionCheck);
+ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
 
 void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,
                                         const Tag* pull_tag, bool pull_windows) noexcept {

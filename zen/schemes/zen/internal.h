@@ -1,7 +1,9 @@
 // zen/schemes/zen/internal.h — what the files of ZEN's scheme share and
 // nobody else uses: timing, the communicator's byte counters per phase,
-// the receive bounds of the two rounds, the grouped pull's slots, and the
-// holder of a call's options. Not installed for users: include zen.h.
+// the receive bounds of the two rounds, the grouped pull's slots, the
+// holder of a call's options and dtype, a row copy per value type, and the
+// value types the scheme's templated phases are instantiated for. Not
+// installed for users: include zen.h.
 //
 // Usage (inside zen/schemes/zen/*.cc):
 //   const auto t0 = zen_internal::Clock::now();
@@ -12,10 +14,15 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
 
 #include "zen/comm/collectives.h"
 #include "zen/core/checked.h"
+#include "zen/core/dtype.h"
 #include "zen/core/error.h"
+#include "zen/core/partition.h"
 #include "zen/schemes/scheme.h"
 #include "zen/schemes/zen/row_codec.h"
 
@@ -36,12 +43,47 @@ inline Snapshot Take(const Communicator& comm) {
   return {comm.counters().total_sent(), comm.counters().total_recv()};
 }
 
+// The value types the templated phases (partition.cc, aggregate.cc,
+// exchange.cc, result.cc) are instantiated for, X(T) per type: the dtypes
+// zen declares (kZenCapabilities). Another needs the partitioner to move
+// its rows (PartitionRows: float32 lanes) and its parts in
+// Workspace::parts.
+#define ZEN_SCHEME_VALUE_TYPES(X) X(float) X(double)
+
+#define ZEN_IS_VALUE_TYPE(T) std::is_same_v<V, T> ||
+template <typename V>
+inline constexpr bool kZenValueType = ZEN_SCHEME_VALUE_TYPES(ZEN_IS_VALUE_TYPE) false;
+#undef ZEN_IS_VALUE_TYPE
+
+template <typename R>
+[[noreturn]] R NotZenValueType(DType d) {
+  throw InvalidArgument(Where{}, "zen: ", DTypeName(d),
+                        " values are not summed by zen (float32 and float64 are)");
+}
+
+// WithValueType for zen's value types: fn.template operator()<T>() for T
+// in ZEN_SCHEME_VALUE_TYPES; another dtype WithValueType dispatches is
+// InvalidArgument (Sync refuses it first: zen does not declare it).
+template <typename Fn>
+decltype(auto) WithZenValueType(DType d, Fn&& fn) {
+  using R = decltype(fn.template operator()<float>());
+  return WithValueType(d, [&]<typename T>() -> R {
+    if constexpr (kZenValueType<T>) {
+      return fn.template operator()<T>();
+    } else {
+      return NotZenValueType<R>(d);
+    }
+  });
+}
+
 // The largest message a peer may announce: a COO message of `count` rows
-// (a full bitmap is smaller); saturates instead of overflowing.
-inline int64_t CooBound(int64_t count, int64_t width) {
-  size_t rows_bytes = 0, total = 0;
-  const size_t row_bytes = sizeof(int64_t) + static_cast<size_t>(width) * sizeof(float);
-  if (!TryMul(static_cast<size_t>(count), row_bytes, rows_bytes) ||
+// of `value_bytes`-byte values (a full bitmap is smaller); saturates
+// instead of overflowing.
+inline int64_t CooBound(int64_t count, int64_t width, size_t value_bytes) {
+  size_t rows_bytes = 0, total = 0, row_values = 0, row_bytes = 0;
+  if (!TryMul(static_cast<size_t>(width), value_bytes, row_values) ||
+      !TryAdd(row_values, sizeof(int64_t), row_bytes) ||
+      !TryMul(static_cast<size_t>(count), row_bytes, rows_bytes) ||
       !TryAdd(rows_bytes, kRowHeaderBytes, total) || total > static_cast<size_t>(kAnyBytes)) {
     return kAnyBytes;
   }
@@ -51,8 +93,8 @@ inline int64_t CooBound(int64_t count, int64_t width) {
 // The largest pull window of wide rows: a COO message of `count` rows plus
 // a grouped pull's n - 1 more headers and every message's padding;
 // saturates.
-inline int64_t WindowBound(int64_t count, int64_t width, int n) {
-  const int64_t coo = CooBound(count, width);
+inline int64_t WindowBound(int64_t count, int64_t width, size_t value_bytes, int n) {
+  const int64_t coo = CooBound(count, width, value_bytes);
   const int64_t extra = static_cast<int64_t>(n) * (static_cast<int64_t>(kRowHeaderBytes) + 8);
   return coo > kAnyBytes - extra ? kAnyBytes : coo + extra;
 }
@@ -72,17 +114,45 @@ inline void CheckNotFailed(const ByteBuffer& message, const char* round, int pee
   }
 }
 
-// Holds a call's options in ZenScheme::call_ for the call's duration (the
-// sum order's steps are the caller's memory: not kept past the call).
+// One row of width values copied: float32 rows by CopyRow (inline pieces
+// for narrow rows), others by memcpy.
+template <typename T>
+inline void CopyRowOf(T* dst, const T* src, int64_t width) {
+  if constexpr (std::is_same_v<T, float>) {
+    CopyRow(dst, src, width);
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(width) * sizeof(T));
+  }
+}
+
+// Server s's partition values as T: the partitioner moved T's rows as
+// float32 lanes (partition.cc, PartitionRows).
+template <typename T>
+inline std::span<const T> ValuesOf(const Partitions& p, int s) {
+  const std::span<const float> lanes = p.values_of(s);
+  return {reinterpret_cast<const T*>(lanes.data()), lanes.size_bytes() / sizeof(T)};
+}
+
+// Holds a call's options and its values' dtype in ZenScheme::call_ and
+// call_dtype_ for the call's duration (the sum order's steps are the
+// caller's memory: not kept past the call).
 class CallScope {
  public:
-  CallScope(SyncOptions& held, const SyncOptions& options) : held_(held) { held_ = options; }
-  ~CallScope() { held_ = SyncOptions{}; }
+  CallScope(SyncOptions& held, const SyncOptions& options, DType& held_dtype, DType dtype)
+      : held_(held), held_dtype_(held_dtype) {
+    held_ = options;
+    held_dtype_ = dtype;
+  }
+  ~CallScope() {
+    held_ = SyncOptions{};
+    held_dtype_ = DType::kFloat32;
+  }
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
 
  private:
   SyncOptions& held_;
+  DType& held_dtype_;
 };
 
 }  // namespace zen::zen_internal

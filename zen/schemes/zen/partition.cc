@@ -55,9 +55,34 @@ HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, int64_t width,
                          : RowOwner::Range(rows, n));
 }
 
+namespace {
+
+// local's rows split per server into `out`. The partitioner moves float32
+// rows; a row of wider values moves as the float32 lanes of its bytes
+// (sizeof(T) / 4 per value: it only copies listed rows, never reads a
+// value), so out.width is width x lanes and out.values holds T's bytes
+// (read back with zen_internal::ValuesOf<T>).
+template <typename T>
+void PartitionRows(Partitioner& partitioner, const SparseTensor& local, const RowOwner& owner,
+                   Partitions& out) {
+  static_assert(sizeof(T) % sizeof(float) == 0 && alignof(T) <= alignof(std::max_align_t),
+                "the partitioner moves rows in float32 lanes");
+  constexpr size_t kLanes = sizeof(T) / sizeof(float);
+  const std::span<const T> values = local.values<T>();
+  partitioner.PartitionSparse(
+      local.ids(),
+      std::span<const float>(reinterpret_cast<const float*>(values.data()),
+                             values.size() * kLanes),
+      local.width() * static_cast<int64_t>(kLanes), owner, out);
+}
+
+}  // namespace
+
+template <typename T>
 std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
                                                      const SparseTensor& local,
-                                                     std::span<float> zero, OnPulled on_pulled) {
+                                                     std::span<std::byte> zero,
+                                                     OnPulled on_pulled) {
   stats_ = ZenStats{};
   stats_.world = comm.size();
   stats_.rows = local.rows();
@@ -70,17 +95,22 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
   const Where where{comm.rank(), local.name()};
   HashDomains domains = Prepare(comm, local.rows(), local.width(), where);
   auto t0 = Clock::now();
-  sparse_partitioner_->PartitionSparse(local.ids(), local.values(), local.width(), domains.owner(),
-                                       ws_.mine);
+  PartitionRows<T>(*sparse_partitioner_, local, domains.owner(), ws_.mine);
   stats_.partition_seconds = Since(t0);
   t0 = Clock::now();
-  std::fill(zero.begin(), zero.end(), 0.0f);
+  std::fill(zero.begin(), zero.end(), std::byte{0});  // +0.0 in every dtype
   stats_.decode_seconds = Since(t0);
   // Element-sparse rows are read by ElementWords, which checks the
   // positions as it decodes them (no decoding pass of ParseRows' own).
-  Exchange(comm, domains, local.width(), where, on_pulled,
-           ElementPath(local) ? PositionCheck::kByReader : PositionCheck::kNow);
+  Exchange<T>(comm, domains, local.width(), where, on_pulled,
+              ElementPath(local) ? PositionCheck::kByReader : PositionCheck::kNow);
   return domains;
 }
+
+#define ZEN_INSTANTIATE(T)                                                                   \
+  template std::optional<HashDomains> ZenScheme::SparseExchange<T>(                          \
+      Communicator&, const SparseTensor&, std::span<std::byte>, OnPulled);
+ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
 
 }  // namespace zen

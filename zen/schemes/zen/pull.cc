@@ -91,7 +91,8 @@ void ZenScheme::ReadOwnPull(const HashDomains& domains, int server, int64_t widt
   ws.pulled_groups[r].clear();
   if (ws.group_starts.empty()) {
     WidenRowsValues(ws.pull_send, domain_size, width, call_.values, server, where);
-    ws.pulled[r] = ParseRows(ws.pull_send, domain_size, server, width, where, pulled_positions);
+    ws.pulled[r] = ParseRows(ws.pull_send, domain_size, server, width, where, pulled_positions,
+                             ValueBytes());
     return;
   }
   // All of its first copy: every rank's sole rows (this server's own among
@@ -100,9 +101,11 @@ void ZenScheme::ReadOwnPull(const HashDomains& domains, int server, int64_t widt
                     where, ws.widen_scratch);
   size_t at = 0;
   for (size_t q = 0; q < ws.pulled.size(); ++q) {
-    ws.pulled_groups[r].push_back(ParseRowsAt(ws.pull_send, at, domain_size, server, width, where));
+    ws.pulled_groups[r].push_back(ParseRowsAt(ws.pull_send, at, domain_size, server, width, where,
+                                              PositionCheck::kNow, ValueBytes()));
   }
-  ws.pulled[r] = ParseRowsAt(ws.pull_send, at, domain_size, server, width, where);
+  ws.pulled[r] = ParseRowsAt(ws.pull_send, at, domain_size, server, width, where,
+                             PositionCheck::kNow, ValueBytes());
 }
 
 RowsMessage ZenScheme::ReadPeerWindow(int server, int64_t domain_size, int64_t width,
@@ -118,14 +121,17 @@ RowsMessage ZenScheme::ReadPeerWindow(int server, int64_t domain_size, int64_t w
   WidenRowsSequence(window, window.size(), domain_size, width, call_.values, server,
                     where, ws_.widen_scratch);
   size_t at = 0;
-  const RowsMessage first = ParseRowsAt(window, at, domain_size, server, width, where);
+  const size_t value_bytes = ValueBytes();
+  const RowsMessage first = ParseRowsAt(window, at, domain_size, server, width, where,
+                                        PositionCheck::kNow, value_bytes);
   if (at == window.size()) return first;
   const size_t n = ws_.pulled.size();
   const size_t shared_at = n - 1 - static_cast<size_t>(receiver);
   RowsMessage shared = first;
   if (shared_at != 0) got.push_back(first);
   for (size_t k = 1; k < n; ++k) {
-    const RowsMessage m = ParseRowsAt(window, at, domain_size, server, width, where);
+    const RowsMessage m = ParseRowsAt(window, at, domain_size, server, width, where,
+                                      PositionCheck::kNow, value_bytes);
     if (k == shared_at) {
       shared = m;
     } else {

@@ -20,12 +20,15 @@ void ZenScheme::Push(Communicator& comm, const HashDomains& domains, int64_t wid
   // the persistent send buffers: COO, or for element-sparse rows the
   // smallest index (COO32, Elias-Fano or the bitmap: the index is half of
   // such a message).
+  // The values move as bytes (the partition holds the tensor's values).
   ws.push_send.resize(static_cast<size_t>(n));
+  const size_t value_bytes = ValueBytes();
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
-    EncodeRows(domains.size(j), width, mine.positions_of(j), mine.values_of(j),
-               CompactPush(width, domains.size(j)) ? EncodingChoice::kAuto : EncodingChoice::kCoo,
-               ws.push_send[static_cast<size_t>(j)]);
+    EncodeRowsAt(domains.size(j), width, mine.positions_of(j), std::as_bytes(mine.values_of(j)),
+                 value_bytes,
+                 CompactPush(width, domains.size(j)) ? EncodingChoice::kAuto : EncodingChoice::kCoo,
+                 ws.push_send[static_cast<size_t>(j)], 0);
     NarrowRowsValues(ws.push_send[static_cast<size_t>(j)], 0, call_.values);
     stats_.pushed_rows += mine.count(j);
   }
@@ -51,7 +54,7 @@ RowsMessage ZenScheme::ReadPeerMessage(ByteBuffer& message, const char* round, i
                                        const Where& where, PositionCheck positions) const {
   CheckNotFailed(message, round, peer, where);
   WidenRowsValues(message, domain_size, width, call_.values, peer, where);
-  return ParseRows(message, domain_size, server, width, where, positions);
+  return ParseRows(message, domain_size, server, width, where, positions, ValueBytes());
 }
 
 }  // namespace zen

@@ -1,6 +1,7 @@
 // zen/schemes/zen/result.cc — the union assembled from the pulled
 // messages: Sync's sorted result, SyncInto's dense output, SyncDense's
-// buffer.
+// buffer. Each entry turns the dtype into its value type T once and
+// assembles rows of T (the element path is float32's).
 #include "zen/schemes/zen/zen.h"
 
 #include <cstring>
@@ -15,8 +16,10 @@ namespace zen {
 using zen_internal::Clock;
 using zen_internal::Since;
 using zen_internal::CallScope;
+using zen_internal::CopyRowOf;
+using zen_internal::ValuesOf;
 
-template <typename Fn>
+template <typename T, typename Fn>
 size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, const Where& where,
                                    Fn&& fn, bool own_sole_rows) {
   const size_t j = static_cast<size_t>(server);
@@ -27,7 +30,7 @@ size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, const
   // than copying a narrow row.
   constexpr size_t kBatch = 512;
   uint64_t ids[kBatch];
-  const float* rows[kBatch];
+  const T* rows[kBatch];
   size_t n = 0;  // rows in the batch
   auto flush = [&] {
     owner.IdsOfKeysInPlace(std::span(ids, n), 0);
@@ -54,7 +57,7 @@ size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, const
   auto add = [&](const RowsMessage& m, size_t i, int64_t p) {
     if (grouped) mark(p);
     ids[n] = start + static_cast<uint64_t>(p);
-    rows[n++] = m.row(i);
+    rows[n++] = m.row<T>(i);
     if (n == kBatch) flush();
   };
   const RowsMessage& shared = ws_.pulled[j];
@@ -65,7 +68,7 @@ size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, const
     const Partitions& mine = ws_.mine;
     const std::span<const int64_t> pushed = mine.positions_of(server);
     const int64_t* own_ids = mine.ids.data() + mine.offsets[j];
-    const float* own = mine.values_of(server).data();
+    const T* own = ValuesOf<T>(mine, server).data();
     const size_t w = static_cast<size_t>(shared.width);
     auto own_row = [&](size_t o) {
       mark(pushed[o]);
@@ -135,9 +138,9 @@ namespace {
 
 // The rows of the result in id order: id_at(i) / row_at(i) name the i-th
 // row of the sorted order; each row is copied once.
-template <typename IdAt, typename RowAt>
+template <typename T, typename IdAt, typename RowAt>
 void GatherRows(size_t total, int64_t width, IdAt id_at, RowAt row_at, std::vector<int64_t>& ids,
-                std::vector<float>& values) {
+                std::vector<T>& values) {
   const size_t w = static_cast<size_t>(width);
   ids.reserve(total);
   if (w <= 16) {
@@ -146,12 +149,12 @@ void GatherRows(size_t total, int64_t width, IdAt id_at, RowAt row_at, std::vect
     // at random in the receive buffers, so each is prefetched a few rows
     // ahead (wide rows too, below: their first bytes).
     values.resize(total * w);
-    float* dst = values.data();
+    T* dst = values.data();
     constexpr size_t kAhead = 16;
     for (size_t i = 0; i < total; ++i, dst += w) {
       if (i + kAhead < total) __builtin_prefetch(row_at(i + kAhead));
       ids.push_back(id_at(i));
-      CopyRow(dst, row_at(i), width);
+      CopyRowOf(dst, row_at(i), width);
     }
     return;
   }
@@ -162,14 +165,14 @@ void GatherRows(size_t total, int64_t width, IdAt id_at, RowAt row_at, std::vect
   // measures what it saves the decode phase), a wider one by its first
   // line (the hardware's stream prefetch takes the rest).
   constexpr size_t kAhead = 4;
-  const size_t row_bytes = w * sizeof(float) <= 256 ? w * sizeof(float) : 1;
+  const size_t row_bytes = w * sizeof(T) <= 256 ? w * sizeof(T) : 1;
   for (size_t i = 0; i < total; ++i) {
     if (i + kAhead < total) {
       const char* ahead = reinterpret_cast<const char*>(row_at(i + kAhead));
       for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
     }
     ids.push_back(id_at(i));
-    const float* row = row_at(i);
+    const T* row = row_at(i);
     values.insert(values.end(), row, row + w);
   }
 }
@@ -178,7 +181,13 @@ void GatherRows(size_t total, int64_t width, IdAt id_at, RowAt row_at, std::vect
 
 SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local,
                               const SyncOptions& options) {
-  const CallScope scope(call_, options);
+  const CallScope scope(call_, options, call_dtype_, local.dtype());
+  return zen_internal::WithZenValueType(local.dtype(),
+                                        [&]<typename T>() { return SyncOf<T>(comm, local); });
+}
+
+template <typename T>
+SparseTensor ZenScheme::SyncOf(Communicator& comm, const SparseTensor& local) {
   // The servers' partitions are disjoint: each pulled message's rows are
   // collected as it arrives (for element-sparse tensors, width 1, one word
   // per row: the id above the value's bits; for wider rows the row's id and
@@ -207,7 +216,7 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local,
   ws_.runs.clear();
   ws_.run_starts.clear();
   const std::optional<HashDomains> exchanged =
-      SparseExchange(comm, local, {}, [&](const HashDomains& domains, int j) {
+      SparseExchange<T>(comm, local, {}, [&](const HashDomains& domains, int j) {
     if (element) {
       block_bits = domains.owner().block_bits();
       if (block_bits > 0) {
@@ -219,34 +228,35 @@ SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local,
       ws_.result_sort.Add(ElementWords(domains, j, where));
       return;
     }
-    ForEachPulledRow(domains, j, where, [&](int64_t id, const float* row) {
+    ForEachPulledRow<T>(domains, j, where, [&](int64_t id, const T* row) {
       if (packed) {
         ws_.result_words.push_back(static_cast<uint64_t>(id) << 32 | ws_.rows.size());
       } else {
         ws_.order.push_back({id, static_cast<int64_t>(ws_.rows.size())});
       }
-      ws_.rows.push_back(row);
+      ws_.rows.push_back(reinterpret_cast<const std::byte*>(row));
     });
   });
   if (!exchanged) return local;
   auto t0 = Clock::now();
   std::vector<int64_t> ids;
-  std::vector<float> values;
-  if (element && block_bits > 0) {
-    ElementResultFromRuns(filled, block_bits, local.rows(), ids, values);
-  } else if (element) {
-    ElementResult(ids, values);
-  } else {
-    RowsResult(packed, local.rows(), local.width(), ids, values);
+  std::vector<T> values;
+  if constexpr (std::is_same_v<T, float>) {  // ElementPath: float32 only
+    if (element && block_bits > 0) {
+      ElementResultFromRuns(filled, block_bits, local.rows(), ids, values);
+    } else if (element) {
+      ElementResult(ids, values);
+    }
   }
+  if (!element) RowsResult<T>(packed, local.rows(), local.width(), ids, values);
   stats_.decode_seconds += Since(t0);
   stats_.result_rows = static_cast<int64_t>(ids.size());
   // Sorted, and unique by construction: the servers' domains are disjoint,
   // each message's positions were checked strictly ascending (by ParseRows
   // or as they were read), and a grouped pull's messages disjoint
   // (ForEachPulledRow).
-  return SparseTensor::FromSortedUnchecked(local.rows(), local.width(), std::move(ids),
-                                           std::move(values), local.name());
+  return SparseTensor::FromSortedUnchecked<T>(local.rows(), local.width(), std::move(ids),
+                                              std::move(values), local.name());
 }
 
 void ZenScheme::ElementResultFromRuns(size_t filled, int block_bits, int64_t rows,
@@ -295,8 +305,9 @@ void ZenScheme::ElementResult(std::vector<int64_t>& ids, std::vector<float>& val
   });
 }
 
+template <typename T>
 void ZenScheme::RowsResult(bool packed, int64_t rows, int64_t width, std::vector<int64_t>& ids,
-                           std::vector<float>& values) {
+                           std::vector<T>& values) {
   // The row's index is the payload: each row is copied once, in id order.
   if (packed) {
     SortWordsByBits(ws_.result_words, ws_.word_scratch, 32, KeyBits(rows));
@@ -304,82 +315,122 @@ void ZenScheme::RowsResult(bool packed, int64_t rows, int64_t width, std::vector
     GatherRows(
         ws_.result_words.size(), width,
         [&](size_t i) { return static_cast<int64_t>(words[i] >> 32); },
-        [&](size_t i) { return ws_.rows[static_cast<uint32_t>(words[i])]; }, ids, values);
+        [&](size_t i) {
+          return reinterpret_cast<const T*>(ws_.rows[static_cast<uint32_t>(words[i])]);
+        },
+        ids, values);
     return;
   }
   SortByKey(ws_.order, ws_.sort_scratch, rows);
   const KeyItem* order = ws_.order.data();
   GatherRows(
       ws_.order.size(), width, [&](size_t i) { return order[i].key; },
-      [&](size_t i) { return ws_.rows[static_cast<size_t>(order[i].item)]; }, ids, values);
+      [&](size_t i) {
+        return reinterpret_cast<const T*>(ws_.rows[static_cast<size_t>(order[i].item)]);
+      },
+      ids, values);
 }
 
 void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out_values,
                            double divisor_value, const SyncOptions& options) {
-  const CallScope scope(call_, options);
-  const std::span<float> out = out_values.as<float>();  // float32 (kZenCapabilities)
-  const float divisor = static_cast<float>(divisor_value);
+  const CallScope scope(call_, options, call_dtype_, local.dtype());
+  zen_internal::WithZenValueType(local.dtype(), [&]<typename T>() {
+    SyncIntoOf<T>(comm, local, out_values.as<T>(), divisor_value);
+  });
+}
+
+template <typename T>
+void ZenScheme::SyncIntoOf(Communicator& comm, const SparseTensor& local, std::span<T> out,
+                           double divisor_value) {
+  // Each value sum / divisor in AccumOf<T> (float32: in float).
+  using A = AccumOf<T>;
+  const A divisor = static_cast<A>(divisor_value);
   // The output is zeroed while the partition is done and before the
   // exchange, where it overlaps the wait for the slowest peer; each pulled
   // message is written into it as soon as it arrives (the servers'
   // partitions are disjoint, so the order does not matter).
-  const bool scaled = divisor != 1.0f;
+  const bool scaled = divisor != A{1};
   const bool element = ElementPath(local);
   const Where where{comm.rank(), local.name()};
   const size_t w = static_cast<size_t>(local.width());
-  const std::optional<HashDomains> exchanged =
-      SparseExchange(comm, local, out, [&](const HashDomains& domains, int j) {
-    if (element && domains.owner().block_bits() > 0) {
-      // Each run's block of ids, then its values written in order (a run's
-      // targets are adjacent).
-      const int b = domains.owner().block_bits();
-      const uint64_t mask = (uint64_t{1} << b) - 1;
-      ws_.runs.clear();
-      ws_.run_starts.clear();
-      const std::span<const uint64_t> words = ElementWords(domains, j, where);
-      ws_.run_starts.push_back(words.size());
-      for (size_t r = 0; r < ws_.runs.size(); ++r) {
-        float* dst = out.data() + (ws_.runs[r] >> 32 << b);
-        for (size_t i = ws_.run_starts[r]; i < ws_.run_starts[r + 1]; ++i) {
-          const uint64_t x = words[i];
-          const uint32_t bits = static_cast<uint32_t>(x);
-          float v;
-          std::memcpy(&v, &bits, sizeof(v));
-          dst[(x >> 32) & mask] = scaled ? v / divisor : v;
-        }
+  const std::optional<HashDomains> exchanged = SparseExchange<T>(
+      comm, local, std::as_writable_bytes(out), [&](const HashDomains& domains, int j) {
+    if constexpr (std::is_same_v<T, float>) {  // ElementPath: float32 only
+      if (element) {
+        ElementInto(domains, j, where, out, divisor);
+        return;
       }
-      stats_.result_rows += ws_.pulled[static_cast<size_t>(j)].count;
-      return;
     }
-    if (element) {
-      float* dst = out.data();
-      for (const uint64_t x : ElementWords(domains, j, where)) {
-        const uint32_t bits = static_cast<uint32_t>(x);
-        float v;
-        std::memcpy(&v, &bits, sizeof(v));
-        dst[x >> 32] = scaled ? v / divisor : v;
-      }
-      stats_.result_rows += ws_.pulled[static_cast<size_t>(j)].count;
-      return;
-    }
-    ForEachPulledRow(domains, j, where, [&](int64_t id, const float* row) {
-      float* dst = out.data() + static_cast<size_t>(id) * w;
+    ForEachPulledRow<T>(domains, j, where, [&](int64_t id, const T* row) {
+      T* dst = out.data() + static_cast<size_t>(id) * w;
       if (scaled) {
-        for (size_t k = 0; k < w; ++k) dst[k] = row[k] / divisor;
+        for (size_t k = 0; k < w; ++k) dst[k] = Narrow<T>(Widen(row[k]) / divisor);
       } else {
-        CopyRow(dst, row, local.width());
+        CopyRowOf(dst, row, local.width());
       }
       ++stats_.result_rows;
     });
   });
-  if (!exchanged) WriteInto(local, out, divisor);
+  if (!exchanged) WriteInto(local, DenseValues::Of(out), divisor_value);
+}
+
+void ZenScheme::ElementInto(const HashDomains& domains, int j, const Where& where,
+                            std::span<float> out, float divisor) {
+  const bool scaled = divisor != 1.0f;
+  if (domains.owner().block_bits() > 0) {
+    // Each run's block of ids, then its values written in order (a run's
+    // targets are adjacent).
+    const int b = domains.owner().block_bits();
+    const uint64_t mask = (uint64_t{1} << b) - 1;
+    ws_.runs.clear();
+    ws_.run_starts.clear();
+    const std::span<const uint64_t> words = ElementWords(domains, j, where);
+    ws_.run_starts.push_back(words.size());
+    for (size_t r = 0; r < ws_.runs.size(); ++r) {
+      float* dst = out.data() + (ws_.runs[r] >> 32 << b);
+      for (size_t i = ws_.run_starts[r]; i < ws_.run_starts[r + 1]; ++i) {
+        const uint64_t x = words[i];
+        const uint32_t bits = static_cast<uint32_t>(x);
+        float v;
+        std::memcpy(&v, &bits, sizeof(v));
+        dst[(x >> 32) & mask] = scaled ? v / divisor : v;
+      }
+    }
+  } else {
+    float* dst = out.data();
+    for (const uint64_t x : ElementWords(domains, j, where)) {
+      const uint32_t bits = static_cast<uint32_t>(x);
+      float v;
+      std::memcpy(&v, &bits, sizeof(v));
+      dst[x >> 32] = scaled ? v / divisor : v;
+    }
+  }
+  stats_.result_rows += ws_.pulled[static_cast<size_t>(j)].count;
 }
 
 void ZenScheme::DoSyncDense(Communicator& comm, DenseValues buffer_values, int64_t rows,
                             int64_t width, std::string_view tensor,
                             const SyncOptions& options) {
-  const CallScope scope(call_, options);
-  const std::span<float> buffer = buffer_values.as<float>();  // float32 (kZenCapabilities)
+  const CallScope scope(call_, options, call_dtype_, buffer_values.dtype);
+  zen_internal::WithZenValueType(buffer_values.dtype, [&]<typename T>() {
+    const std::span<T> buffer = buffer_values.as<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      SyncDenseFloat(comm, buffer, rows, width, tensor);
+    } else {
+      // The partitioners take float32 buffers: the non-zero rows (tested
+      // in T) are extracted, then summed by the sparse path straight into
+      // the buffer (SyncInto zeroes it once they are partitioned). A sum
+      // order (call_) is taken by the aggregation either way.
+      const SparseTensor local =
+          SparseTensor::FromDense<T>(buffer, rows, width, std::string(tensor));
+      SyncIntoOf<T>(comm, local, buffer, 1.0);
+      stats_.dense_path = true;
+    }
+  });
+}
+
+void ZenScheme::SyncDenseFloat(Communicator& comm, std::span<float> buffer, int64_t rows,
+                               int64_t width, std::string_view tensor) {
   stats_ = ZenStats{};
   stats_.world = comm.size();
   stats_.rows = rows;
@@ -406,8 +457,8 @@ void ZenScheme::DoSyncDense(Communicator& comm, DenseValues buffer_values, int64
   // the buffer's old rows any more.
   // (A grouped pull's rows that only this rank contributed are its own,
   // in the buffer already: not rewritten.)
-  Exchange(comm, domains, width, where, [&](const HashDomains&, int j) {
-    stats_.result_rows += static_cast<int64_t>(ForEachPulledRow(
+  Exchange<float>(comm, domains, width, where, [&](const HashDomains&, int j) {
+    stats_.result_rows += static_cast<int64_t>(ForEachPulledRow<float>(
         domains, j, where,
         [&](int64_t id, const float* row) {
           CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row,

@@ -46,12 +46,14 @@ size_t BitmapWords(int64_t domain_size) {
   return static_cast<size_t>(domain_size / 64 + (domain_size % 64 != 0 ? 1 : 0));
 }
 
-// header + index_bytes + count x width floats, or false on overflow.
-bool TryMessageBytes(size_t index_bytes, int64_t count, int64_t width, size_t& out) {
+// header + index_bytes + count x width values of value_bytes each, or false
+// on overflow.
+bool TryMessageBytes(size_t index_bytes, int64_t count, int64_t width, size_t value_bytes,
+                     size_t& out) {
   size_t values = 0, total = 0;
   if (count < 0 || width < 0) return false;
   if (!TryMul(static_cast<size_t>(count), static_cast<size_t>(width), values) ||
-      !TryMul(values, sizeof(float), values) ||
+      !TryMul(values, value_bytes, values) ||
       !TryAdd(kRowHeaderBytes, index_bytes, total) || !TryAdd(total, values, total)) {
     return false;
   }
@@ -59,10 +61,10 @@ bool TryMessageBytes(size_t index_bytes, int64_t count, int64_t width, size_t& o
   return true;
 }
 
-bool TryCooBytes(int64_t count, int64_t width, size_t& out) {
+bool TryCooBytes(int64_t count, int64_t width, size_t value_bytes, size_t& out) {
   size_t index = 0;
   return count >= 0 && TryMul(static_cast<size_t>(count), sizeof(int64_t), index) &&
-         TryMessageBytes(index, count, width, out);
+         TryMessageBytes(index, count, width, value_bytes, out);
 }
 
 // COO32's index: count uint32, zero-padded to a multiple of 8 bytes (the
@@ -77,14 +79,15 @@ bool TryCoo32Index(int64_t count, size_t& out) {
   return true;
 }
 
-bool TryCoo32Bytes(int64_t count, int64_t width, size_t& out) {
+bool TryCoo32Bytes(int64_t count, int64_t width, size_t value_bytes, size_t& out) {
   size_t index = 0;
-  return TryCoo32Index(count, index) && TryMessageBytes(index, count, width, out);
+  return TryCoo32Index(count, index) && TryMessageBytes(index, count, width, value_bytes, out);
 }
 
-bool TryBitmapBytes(int64_t domain_size, int64_t count, int64_t width, size_t& out) {
-  return domain_size >= 0 &&
-         TryMessageBytes(BitmapWords(domain_size) * sizeof(uint64_t), count, width, out);
+bool TryBitmapBytes(int64_t domain_size, int64_t count, int64_t width, size_t value_bytes,
+                    size_t& out) {
+  return domain_size >= 0 && TryMessageBytes(BitmapWords(domain_size) * sizeof(uint64_t), count,
+                                             width, value_bytes, out);
 }
 
 int EfLowBits(int64_t domain_size, int64_t count) {
@@ -130,9 +133,11 @@ bool BitsPastEnd(uint64_t last_word, size_t bits) {
   return bits % 64 != 0 && (last_word >> (bits % 64)) != 0;
 }
 
-bool TryEfBytes(int64_t domain_size, int64_t count, int64_t width, size_t& out) {
+bool TryEfBytes(int64_t domain_size, int64_t count, int64_t width, size_t value_bytes,
+                size_t& out) {
   size_t index = 0;
-  return TryEfIndex(domain_size, count, index) && TryMessageBytes(index, count, width, out);
+  return TryEfIndex(domain_size, count, index) &&
+         TryMessageBytes(index, count, width, value_bytes, out);
 }
 
 }  // namespace
@@ -147,9 +152,10 @@ HashDomains::HashDomains(const RowOwner& owner) : owner_(owner) {
 namespace {
 
 // A COO or COO32 message's size; InvalidArgument on overflow.
-size_t CheckedCooBytes(bool (*bytes)(int64_t, int64_t, size_t&), int64_t count, int64_t width) {
+size_t CheckedCooBytes(bool (*bytes)(int64_t, int64_t, size_t, size_t&), int64_t count,
+                       int64_t width, size_t value_bytes) {
   size_t out = 0;
-  if (!bytes(count, width, out)) {
+  if (!bytes(count, width, value_bytes, out)) {
     throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
                           " overflow the message size");
   }
@@ -158,21 +164,22 @@ size_t CheckedCooBytes(bool (*bytes)(int64_t, int64_t, size_t&), int64_t count, 
 
 }  // namespace
 
-size_t CooMessageBytes(int64_t count, int64_t width) {
-  return CheckedCooBytes(TryCooBytes, count, width);
+size_t CooMessageBytes(int64_t count, int64_t width, size_t value_bytes) {
+  return CheckedCooBytes(TryCooBytes, count, width, value_bytes);
 }
 
-size_t Coo32MessageBytes(int64_t count, int64_t width) {
-  return CheckedCooBytes(TryCoo32Bytes, count, width);
+size_t Coo32MessageBytes(int64_t count, int64_t width, size_t value_bytes) {
+  return CheckedCooBytes(TryCoo32Bytes, count, width, value_bytes);
 }
 
 int EliasFanoLowBits(int64_t domain_size, int64_t count) {
   return EfLowBits(domain_size, count);
 }
 
-size_t EliasFanoMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
+size_t EliasFanoMessageBytes(int64_t domain_size, int64_t count, int64_t width,
+                             size_t value_bytes) {
   size_t out = 0;
-  if (!TryEfBytes(domain_size, count, width, out)) {
+  if (!TryEfBytes(domain_size, count, width, value_bytes, out)) {
     throw InvalidArgument(Where{}, "row message: Elias-Fano of ", count, " rows over ",
                           domain_size, " positions with width ", width,
                           " is not a message (count above the domain, or an overflowing size)");
@@ -180,9 +187,10 @@ size_t EliasFanoMessageBytes(int64_t domain_size, int64_t count, int64_t width) 
   return out;
 }
 
-size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width) {
+size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width,
+                          size_t value_bytes) {
   size_t out = 0;
-  if (!TryBitmapBytes(domain_size, count, width, out)) {
+  if (!TryBitmapBytes(domain_size, count, width, value_bytes, out)) {
     throw InvalidArgument(Where{}, "row message: a bitmap of ", domain_size, " positions and ",
                           count, " rows of width ", width, " overflow the message size");
   }
@@ -228,13 +236,8 @@ RowEncoding ResolveEncoding(int64_t domain_size, int64_t count, EncodingChoice c
   }
 }
 
-RowEncoding EncodeRows(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
-                       std::span<const float> values, EncodingChoice choice,
-                       std::vector<std::byte>& out) {
-  return EncodeRowsAt(domain_size, width, positions, values, choice, out, 0);
-}
-
-RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice) {
+RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice,
+                      size_t value_bytes) {
   if (width < 1 || count < 0 || domain_size < 0) {
     throw InvalidArgument(Where{}, "row message: ", count, " rows of width ", width,
                           " over a domain of ", domain_size);
@@ -242,20 +245,20 @@ RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, Encodin
   RowsLayout l;
   l.encoding = ResolveEncoding(domain_size, count, choice);
   if (l.encoding == RowEncoding::kCoo) {
-    l.bytes = CooMessageBytes(count, width);
+    l.bytes = CooMessageBytes(count, width, value_bytes);
     l.values_offset = kRowHeaderBytes + static_cast<size_t>(count) * sizeof(int64_t);
   } else if (l.encoding == RowEncoding::kCoo32) {
-    l.bytes = Coo32MessageBytes(count, width);
+    l.bytes = Coo32MessageBytes(count, width, value_bytes);
     size_t index = 0;
     TryCoo32Index(count, index);  // cannot fail: the message size did not
     l.values_offset = kRowHeaderBytes + index;
   } else if (l.encoding == RowEncoding::kEliasFano) {
-    l.bytes = EliasFanoMessageBytes(domain_size, count, width);
+    l.bytes = EliasFanoMessageBytes(domain_size, count, width, value_bytes);
     size_t index = 0;
     TryEfIndex(domain_size, count, index);  // cannot fail: the message size did not
     l.values_offset = kRowHeaderBytes + index;
   } else {
-    l.bytes = BitmapMessageBytes(domain_size, count, width);
+    l.bytes = BitmapMessageBytes(domain_size, count, width, value_bytes);
     l.values_offset = kRowHeaderBytes + BitmapWords(domain_size) * sizeof(uint64_t);
   }
   return l;
@@ -388,21 +391,22 @@ void WriteRowsIndex(int64_t domain_size, int64_t width, std::span<const int64_t>
 }
 
 RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
-                         std::span<const float> values, EncodingChoice choice,
-                         std::vector<std::byte>& out, size_t at) {
+                         std::span<const std::byte> values, size_t value_bytes,
+                         EncodingChoice choice, std::vector<std::byte>& out, size_t at) {
   const int64_t count = static_cast<int64_t>(positions.size());
-  if (width < 1 || values.size() != positions.size() * static_cast<size_t>(width)) {
-    throw InvalidArgument(Where{}, "encode rows: ", values.size(), " values for ", count,
-                          " rows of width ", width);
+  if (width < 1 || value_bytes == 0 ||
+      values.size() != positions.size() * static_cast<size_t>(width) * value_bytes) {
+    throw InvalidArgument(Where{}, "encode rows: ", values.size(), " value bytes for ", count,
+                          " rows of width ", width, " with ", value_bytes, "-byte values");
   }
-  const RowsLayout l = LayoutRows(domain_size, count, width, choice);
+  const RowsLayout l = LayoutRows(domain_size, count, width, choice, value_bytes);
   size_t end = 0;
   if (!TryAdd(at, l.bytes, end)) throw InvalidArgument(Where{}, "encode rows: offset overflow");
   out.resize(end);
   const std::span<std::byte> msg(out.data() + at, l.bytes);
   WriteRowsIndex(domain_size, width, positions, l, msg);
   if (!values.empty()) {
-    std::memcpy(msg.data() + l.values_offset, values.data(), values.size() * sizeof(float));
+    std::memcpy(msg.data() + l.values_offset, values.data(), values.size());
   }
   return l.encoding;
 }
@@ -634,8 +638,8 @@ Header ReadHeader(std::span<const std::byte> message, int64_t domain_size, int s
 // The message viewed per its encoding (index, values, Elias-Fano's runs in
 // `ef`); `expect` the size it must have, false when that overflows.
 bool ViewIndex(std::span<const std::byte> message, const Header& h, int64_t domain_size,
-               int server, int64_t width, const Where& where, RowsMessage& m, EfSizes& ef,
-               size_t& expect) {
+               int server, int64_t width, size_t value_bytes, const Where& where, RowsMessage& m,
+               EfSizes& ef, size_t& expect) {
   m.count = h.count;
   m.width = width;
   m.index = message.data() + kRowHeaderBytes;
@@ -646,7 +650,7 @@ bool ViewIndex(std::span<const std::byte> message, const Header& h, int64_t doma
                         h.domain_size);
     }
     m.encoding = RowEncoding::kCoo;
-    fits = TryCooBytes(h.count, width, expect);
+    fits = TryCooBytes(h.count, width, value_bytes, expect);
     m.values = m.index + static_cast<size_t>(h.count) * sizeof(int64_t);
   } else if (h.encoding == static_cast<uint8_t>(RowEncoding::kCoo32)) {
     if (h.domain_size != 0) {
@@ -658,7 +662,7 @@ bool ViewIndex(std::span<const std::byte> message, const Header& h, int64_t doma
                         domain_size, " positions, more than its 2^32");
     }
     m.encoding = RowEncoding::kCoo32;
-    fits = TryCoo32Bytes(h.count, width, expect);
+    fits = TryCoo32Bytes(h.count, width, value_bytes, expect);
     size_t index = 0;
     if (fits) TryCoo32Index(h.count, index);
     m.values = m.index + index;
@@ -669,7 +673,7 @@ bool ViewIndex(std::span<const std::byte> message, const Header& h, int64_t doma
     }
     m.encoding = RowEncoding::kHashBitmap;
     m.words = BitmapWords(domain_size);
-    fits = TryBitmapBytes(domain_size, h.count, width, expect);
+    fits = TryBitmapBytes(domain_size, h.count, width, value_bytes, expect);
     m.values = m.index + m.words * sizeof(uint64_t);
   } else if (h.encoding == static_cast<uint8_t>(RowEncoding::kEliasFano)) {
     if (h.domain_size != domain_size) {
@@ -677,7 +681,8 @@ bool ViewIndex(std::span<const std::byte> message, const Header& h, int64_t doma
                         h.domain_size, " positions, but the server's domain has ", domain_size);
     }
     m.encoding = RowEncoding::kEliasFano;
-    fits = TryEfSizes(domain_size, h.count, ef) && TryEfBytes(domain_size, h.count, width, expect);
+    fits = TryEfSizes(domain_size, h.count, ef) &&
+           TryEfBytes(domain_size, h.count, width, value_bytes, expect);
     m.words = ef.high_words;
     m.low_bits = ef.l;
     m.high = m.index + ef.low_words * sizeof(uint64_t);
@@ -737,12 +742,14 @@ void CheckIndex(const RowsMessage& m, const Header& h, const EfSizes& ef, int64_
 }  // namespace
 
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
-                      int64_t width, const Where& where, PositionCheck positions) {
+                      int64_t width, const Where& where, PositionCheck positions,
+                      size_t value_bytes) {
   const Header h = ReadHeader(message, domain_size, server, width, where);
   RowsMessage m;
   EfSizes ef;  // Elias-Fano's runs
   size_t expect = 0;
-  const bool fits = ViewIndex(message, h, domain_size, server, width, where, m, ef, expect);
+  const bool fits =
+      ViewIndex(message, h, domain_size, server, width, value_bytes, where, m, ef, expect);
   if (!fits || message.size() != expect) {
     throw FormatError(where, "row message from server ", server, ": ", message.size(),
                       " bytes, expected ", fits ? std::to_string(expect) : std::string("an overflowing size"),
@@ -753,7 +760,8 @@ RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, i
 }
 
 RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t domain_size,
-                        int server, int64_t width, const Where& where, PositionCheck positions) {
+                        int server, int64_t width, const Where& where, PositionCheck positions,
+                        size_t value_bytes) {
   if (at > bytes.size() || bytes.size() - at < kRowHeaderBytes) {
     throw FormatError(where, "row message from server ", server, " at byte ", at, " of ",
                       bytes.size(), ": no room for its ", kRowHeaderBytes, "-byte header");
@@ -764,14 +772,14 @@ RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t do
   size_t offset = 0, values = 0, size = 0;
   if (h.width != width || h.count < 0 || !ValuesOffset(h, domain_size, offset) ||
       !TryMul(static_cast<size_t>(h.count), static_cast<size_t>(width), values) ||
-      !TryMul(values, sizeof(float), values) || !TryAdd(offset, values, size) ||
+      !TryMul(values, value_bytes, values) || !TryAdd(offset, values, size) ||
       size > bytes.size() - at) {
     throw FormatError(where, "row message from server ", server, " at byte ", at, " of ",
                       bytes.size(), ": its header (encoding ", int{h.encoding}, ", ", h.count,
                       " rows of width ", h.width, ") does not announce a message that fits");
   }
   const RowsMessage m =
-      ParseRows(bytes.subspan(at, size), domain_size, server, width, where, positions);
+      ParseRows(bytes.subspan(at, size), domain_size, server, width, where, positions, value_bytes);
   // The last message of `bytes` needs no padding.
   const size_t end = at + size == bytes.size() ? bytes.size() : RowsPadded(at + size);
   if (end > bytes.size() ||

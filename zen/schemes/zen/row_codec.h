@@ -39,7 +39,8 @@
 //   int64 count | int64 width | int64 domain size (bitmap) or 0 (COO, COO32)
 //   index (count x int64, count x uint32 + padding, words x uint64, or
 //          Elias-Fano's low words then high words) |
-//   values (count x width float, 8-byte aligned)
+//   values (count x width values of the tensor's dtype, 8-byte aligned:
+//          4 bytes each for float32, 8 for float64; value_bytes below)
 // (Version 1 carried ids in id order; version 2 carries positions.)
 // Parsing validates everything (magic, version, encoding, exact length with
 // overflow-checked arithmetic, width, domain size, popcount == count, zero
@@ -49,6 +50,11 @@
 // FormatError naming the rank, tensor and the bad field: received bytes
 // never crash the decoder. ParseRows returns a view into the message (no
 // copy): a receiver reduces straight out of its receive buffer.
+// The values move as bytes: every size below takes `value_bytes`, the
+// bytes of one value (DTypeSize of the tensor's dtype; float32's 4 by
+// default). The header does not carry the dtype: the ranks agreed on it
+// before any message moved (the metadata exchange), and the exact length
+// check rejects a message of another value size.
 //
 // Usage:
 //   zen::HashDomains domains(zen::RowOwner::Permuted(seed, rows, n));
@@ -102,10 +108,12 @@ inline constexpr uint32_t kRowMagic = 0x524E455A;  // "ZENR" in memory order
 inline constexpr uint8_t kRowVersion = 2;
 
 // Message sizes, header included; InvalidArgument on overflow.
-size_t CooMessageBytes(int64_t count, int64_t width);
-size_t Coo32MessageBytes(int64_t count, int64_t width);
-size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width);
-size_t EliasFanoMessageBytes(int64_t domain_size, int64_t count, int64_t width);
+size_t CooMessageBytes(int64_t count, int64_t width, size_t value_bytes = sizeof(float));
+size_t Coo32MessageBytes(int64_t count, int64_t width, size_t value_bytes = sizeof(float));
+size_t BitmapMessageBytes(int64_t domain_size, int64_t count, int64_t width,
+                          size_t value_bytes = sizeof(float));
+size_t EliasFanoMessageBytes(int64_t domain_size, int64_t count, int64_t width,
+                             size_t value_bytes = sizeof(float));
 // Elias-Fano's low bits per row for count rows of a domain of domain_size.
 int EliasFanoLowBits(int64_t domain_size, int64_t count);
 // What kAuto picks for `count` rows of a domain of domain_size.
@@ -114,25 +122,37 @@ RowEncoding ChooseEncoding(int64_t domain_size, int64_t count);
 RowEncoding ResolveEncoding(int64_t domain_size, int64_t count, EncodingChoice choice);
 
 // Encodes rows at `positions` (strictly ascending, in [0, domain_size)) with
-// their values (positions.size() x width) into out (resized; its capacity is
-// reused, so a persistent buffer makes this allocation-free). Returns the
-// encoding used. InvalidArgument for a bad position.
-RowEncoding EncodeRows(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
-                       std::span<const float> values, EncodingChoice choice,
-                       std::vector<std::byte>& out);
-// The same, into `out` at byte offset `at` (out grows to at + message size).
+// their values (positions.size() x width values of value_bytes each, as
+// bytes) into `out` at byte offset `at` (out grows to at + message size;
+// its capacity is reused, so a persistent buffer makes this
+// allocation-free). Returns the encoding used. InvalidArgument for a bad
+// position or a value count that does not match.
 RowEncoding EncodeRowsAt(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
-                         std::span<const float> values, EncodingChoice choice,
-                         std::vector<std::byte>& out, size_t at);
+                         std::span<const std::byte> values, size_t value_bytes,
+                         EncodingChoice choice, std::vector<std::byte>& out, size_t at);
+// The same for values of type T (float, double), out resized to the message.
+template <typename T>
+RowEncoding EncodeRows(int64_t domain_size, int64_t width, std::span<const int64_t> positions,
+                       std::span<const T> values, EncodingChoice choice,
+                       std::vector<std::byte>& out) {
+  return EncodeRowsAt(domain_size, width, positions, std::as_bytes(values), sizeof(T), choice,
+                      out, 0);
+}
+inline RowEncoding EncodeRows(int64_t domain_size, int64_t width,
+                              std::span<const int64_t> positions, std::span<const float> values,
+                              EncodingChoice choice, std::vector<std::byte>& out) {
+  return EncodeRows<float>(domain_size, width, positions, values, choice, out);
+}
 
 // Building a message in place (the sender writes the values straight into
 // the message, e.g. ZEN's server sums into its pull message):
 struct RowsLayout {
   RowEncoding encoding = RowEncoding::kCoo;
   size_t bytes = 0;          // the whole message
-  size_t values_offset = 0;  // where the count x width floats start (8-aligned)
+  size_t values_offset = 0;  // where the count x width values start (8-aligned)
 };
-RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice);
+RowsLayout LayoutRows(int64_t domain_size, int64_t count, int64_t width, EncodingChoice choice,
+                      size_t value_bytes = sizeof(float));
 // Writes the header and the index of `positions` (layout from LayoutRows
 // with positions.size() rows; msg.size() == layout.bytes). InvalidArgument
 // for a bad position.
@@ -150,7 +170,7 @@ struct RowsMessage {
   size_t words = 0;                   // bitmap words, or Elias-Fano's high words
   const std::byte* high = nullptr;    // Elias-Fano: the high words
   int low_bits = 0;                   // Elias-Fano: L
-  const std::byte* values = nullptr;  // count x width floats
+  const std::byte* values = nullptr;  // count x width values
 
   // fn(i, position) for every row i in ascending position order.
   template <typename Fn>
@@ -202,9 +222,11 @@ struct RowsMessage {
     });
     if (bad) ThrowBadPosition(domain_size, server, where);
   }
-  // Row i's width floats (the values start 8-byte aligned in the message).
-  const float* row(size_t i) const {
-    return reinterpret_cast<const float*>(values) + i * static_cast<size_t>(width);
+  // Row i's width values as T, the message's value type (they start 8-byte
+  // aligned in the message).
+  template <typename T = float>
+  const T* row(size_t i) const {
+    return reinterpret_cast<const T*>(values) + i * static_cast<size_t>(width);
   }
 
   // Elias-Fano: the i-th set bit of the high words, at bit b, is row i's
@@ -267,12 +289,13 @@ enum class PositionCheck {
 // anything malformed.
 RowsMessage ParseRows(std::span<const std::byte> message, int64_t domain_size, int server,
                       int64_t width, const Where& where,
-                      PositionCheck positions = PositionCheck::kNow);
+                      PositionCheck positions = PositionCheck::kNow,
+                      size_t value_bytes = sizeof(float));
 
 // Messages back to back, each starting 8-byte aligned (ZEN's grouped
 // pull, zen/schemes/zen.h): RowsPadded(size) is where the next one starts.
 inline size_t RowsPadded(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
-// The float32 message starting at byte `at` of `bytes`, parsed as ParseRows
+// The message starting at byte `at` of `bytes`, parsed as ParseRows
 // does, and `at` moved past it and its padding (zero bytes up to the next
 // multiple of 8, inside `bytes`; none after the last message of `bytes`). FormatError, prefixed by `where` and
 // naming `server`, for a header that does not fit, a message or padding
@@ -280,7 +303,8 @@ inline size_t RowsPadded(size_t bytes) { return (bytes + 7) & ~size_t{7}; }
 // refuses.
 RowsMessage ParseRowsAt(std::span<const std::byte> bytes, size_t& at, int64_t domain_size,
                         int server, int64_t width, const Where& where,
-                        PositionCheck positions = PositionCheck::kNow);
+                        PositionCheck positions = PositionCheck::kNow,
+                        size_t value_bytes = sizeof(float));
 
 // Values on the wire at half width (opt-in, e.g. torch's bf16 compression
 // composed with ZEN's sparsity): a message is encoded with float32 values as

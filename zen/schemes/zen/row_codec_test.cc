@@ -207,6 +207,44 @@ TEST(HashBitmap, RoundTripsBothEncodingsAtManyDensities) {
   }
 }
 
+// float64 values travel as their 8 bytes in every encoding (value_bytes
+// 8): the positions and the values come back bit for bit, the sizes count
+// 8 bytes a value, and the same bytes read with float32's value size are a
+// FormatError (the exact length does not match).
+TEST(HashBitmap, Float64ValuesRoundTripInEveryEncoding) {
+  const int64_t domain = 1000, width = 3;
+  const std::vector<int64_t> positions = {2, 17, 64, 511, 999};
+  std::vector<double> values;
+  for (size_t i = 0; i < positions.size() * 3; ++i) {
+    values.push_back(i % 2 == 0 ? 1e300 / static_cast<double>(i + 1) : 1e-300 * (i + 1.5));
+  }
+  for (const EncodingChoice e : {EncodingChoice::kCoo, EncodingChoice::kCoo32,
+                                 EncodingChoice::kHashBitmap, EncodingChoice::kEliasFano}) {
+    std::vector<std::byte> msg;
+    const RowEncoding used =
+        EncodeRows<double>(domain, width, positions, std::span<const double>(values), e, msg);
+    const RowsLayout layout = LayoutRows(domain, 5, width, e, sizeof(double));
+    EXPECT_EQ(msg.size(), layout.bytes);
+    EXPECT_EQ(layout.bytes - layout.values_offset, values.size() * sizeof(double));
+    const RowsMessage m =
+        ParseRows(msg, domain, 0, width, Where{}, PositionCheck::kNow, sizeof(double));
+    EXPECT_EQ(m.encoding, used);
+    ASSERT_EQ(m.count, 5);
+    m.ForEach([&](size_t i, int64_t p) {
+      EXPECT_EQ(p, positions[i]);
+      for (size_t c = 0; c < 3; ++c) EXPECT_EQ(m.row<double>(i)[c], values[i * 3 + c]);
+    });
+    EXPECT_THROW(ParseRows(msg, domain, 0, width, Where{}), FormatError);
+  }
+  EXPECT_EQ(CooMessageBytes(5, width, sizeof(double)), kRowHeaderBytes + 5 * 8 + 15 * 8);
+  EXPECT_EQ(Coo32MessageBytes(5, width, sizeof(double)), kRowHeaderBytes + 24 + 15 * 8);
+  EXPECT_EQ(BitmapMessageBytes(domain, 5, width, sizeof(double)),
+            kRowHeaderBytes + 16 * 8 + 15 * 8);
+  EXPECT_EQ(EliasFanoMessageBytes(domain, 5, width, sizeof(double)) -
+                EliasFanoMessageBytes(domain, 5, width),
+            15 * 4u);
+}
+
 TEST(HashBitmap, BitmapBytesPerRankAreRowsOverEightWhateverN) {
   const int64_t rows = 1 << 20;
   for (int n : {2, 4, 8, 16, 64}) {

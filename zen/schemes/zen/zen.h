@@ -20,6 +20,20 @@
 //      to ids (pi^-1) straight out of the receive buffers and reassemble the
 //      union (sparse: a radix sort by id; dense: a scatter into the buffer).
 // Buffers live in a per-instance workspace reused across calls.
+//
+// Values of every dtype it declares (float32, float64): each call turns the
+// tensor's dtype into its value type T once (WithValueType) and runs the
+// phases that add (aggregate, the result's assembly) as templates on T;
+// the others move rows as bytes (row_codec.h: value_bytes). Sums are formed
+// in AccumOf<T> (float64 in float64) and stored once. The element path
+// (width 1: one word per element, its value's 32 bits below its position)
+// and the compact pushes that feed it are float32's; a float64 tensor of
+// width 1 takes the rows path (COO pushes). Half-width wire values
+// (SyncOptions::values) are float32's only (MissingCapability refuses them
+// for float64 on every rank). A float64 dense buffer is extracted into a
+// sparse tensor (its non-zero rows, tested as float64) and summed by the
+// sparse path into the buffer, in a sum order where one is given: the
+// partitioners (zen/core/partition.h) take float32 buffers only.
 // Bytes a rank receives: about (n-1)/n x (d + d gamma) x rows x row bytes
 // (Eq. 1), i.e. (1 + gamma)/n of what agsparse receives.
 //
@@ -48,7 +62,7 @@
 //
 // Usage:
 //   auto s = zen::BuiltinSchemes().Create("zen", options);
-//   zen::SparseTensor sum = s->Sync(comm, local);
+//   zen::SparseTensor sum = s->Sync(comm, local);   // float32 or float64, summed in it
 //   s->SyncDense(comm, bucket, rows, width, "emb");   // hierarchical-hash path
 //   if (const zen::ZenStats* st = zen::ZenLastStats(*s)) print(st->pull_bytes_recv);
 #pragma once
@@ -59,6 +73,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "zen/comm/collectives.h"
@@ -130,8 +145,8 @@ class ZenScheme final : public Scheme {
   // Row ownership (when not ZEN's hash): a rank that owns rows by ranges
   // would read every peer's positions as something else.
   std::string shared_settings() const override;
-  // Half-width wire values and, on dense calls, a sum order
-  // (kZenCapabilities).
+  // Half-width wire values (float32), float64 tensors and, on dense
+  // calls, a sum order (kZenCapabilities).
   SyncCapabilities capabilities() const override;
 
   const ZenStats& last_stats() const { return stats_; }
@@ -188,10 +203,13 @@ class ZenScheme final : public Scheme {
     // rows), 0 for a plain pull or this server's own.
     std::vector<uint8_t> pulled_own_sole;
     std::vector<RowsLayout> class_layouts;
-    std::vector<float*> class_next;  // where each class's next sum goes
+    std::vector<std::byte*> class_next;  // where each class's next sum goes
     std::vector<size_t> widen_scratch;  // WidenRowsSequence's
     std::vector<uint64_t> seen_positions;  // ForEachPulledRow's, a grouped pull's rows
-    std::vector<RowsView> parts;
+    // This server's parts (its own and each peer's push), per value type:
+    // PartsOf<T>(); part_count of them in this call.
+    std::tuple<std::vector<RowsOf<float>>, std::vector<RowsOf<double>>> parts;
+    size_t part_count = 0;
     std::vector<RowsMessage> pushed;  // element path: the peers' COO32 pushes, viewed
     std::vector<int64_t> served_positions;
     std::vector<float> served_sums;            // element path: the sums, before the layout
@@ -200,7 +218,7 @@ class ZenScheme final : public Scheme {
     std::vector<RowsMessage> pulled;  // views into pull_recv
     std::vector<KeyItem> order, sort_scratch;
     std::vector<uint64_t> words;         // this server's aggregation, sorted (position, row)
-    std::vector<const float*> agg_rows;  // the rows those words index
+    std::vector<const std::byte*> agg_rows;  // the rows those words index
     std::vector<uint32_t> agg_parts;     // and the part (rank) each came from
     std::vector<uint64_t> result_words;  // the result's words: (id, value) or (id, row index)
     std::vector<uint64_t> word_scratch;  // their radix sorts
@@ -210,7 +228,7 @@ class ZenScheme final : public Scheme {
     // starts in result_words (one more entry: the end).
     std::vector<uint64_t> runs;
     std::vector<size_t> run_starts;
-    std::vector<const float*> rows;
+    std::vector<const std::byte*> rows;
     RequestList push_requests;  // each collective's requests, from post to finish
     RequestList pull_requests;
   };
@@ -220,14 +238,23 @@ class ZenScheme final : public Scheme {
   // width 1; see ElementBlockBits).
   HashDomains Prepare(Communicator& comm, int64_t rows, int64_t width, const Where& where);
   uint64_t AgreedSeed(Communicator& comm);
-  // Push, aggregate, pull, parse. Leaves in ws_: this server's sum
+  // Push, aggregate (in T, the call's value type), pull, parse. Leaves in
+  // ws_: this server's sum
   // (served_*) and views of every server's pull message (pulled[j]);
   // on_pulled(domains, j) runs as soon as pulled[j] is set (the peers' in the
   // order they arrive, while later ones travel; this server's last). The
   // pulls are parsed with pulled_positions: kByReader only where on_pulled
   // reads every message with ForEachChecked.
+  template <typename T>
   void Exchange(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
                 OnPulled on_pulled, PositionCheck pulled_positions = PositionCheck::kNow);
+  // The bytes of one value of the call in progress (DTypeSize(call_dtype_)).
+  size_t ValueBytes() const { return DTypeSize(call_dtype_); }
+  // This server's parts of value type T.
+  template <typename T>
+  std::vector<RowsOf<T>>& PartsOf() {
+    return std::get<std::vector<RowsOf<T>>>(ws_.parts);
+  }
   // The call's two rounds: their tags, posted before either starts, and
   // whether this rank has sent its part (a failure then tells the peers
   // only in the rounds not sent yet).
@@ -244,8 +271,9 @@ class ZenScheme final : public Scheme {
   // push read into ws_.pushed.
   void Push(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
             Rounds& rounds);
-  // Phase 3 (aggregate.cc): this server's sum of ws_.parts laid out in
+  // Phase 3 (aggregate.cc): this server's sum of its parts laid out in
   // ws_.pull_send; returns its row count.
+  template <typename T>
   int64_t Aggregate(const HashDomains& domains, int server, int64_t width);
   // Phase 4 (pull.cc): this server's pull sent, every server's read and
   // handed to on_pulled (this server's own last, ReadOwnPull).
@@ -288,17 +316,20 @@ class ZenScheme final : public Scheme {
   // encoded): its sole rows, left out of a grouped pull, then equal what
   // every other rank receives.
   void RoundPushedValues(int server, int64_t width);
-  // This server's sum of ws_.parts into ws_.pull_send (values) and
+  // This server's sum of its parts into ws_.pull_send (values) and
   // ws_.served_positions; sets ws_.pull_layout; returns the row count.
+  template <typename T>
   int64_t AggregateRows(int64_t domain_size, int64_t width, int server);
   // AggregateRows for domains and row counts below 2^32 (`total` incoming
   // rows): a radix sort of (position, row) words instead of a heap merge.
   // Lays the pull out grouped where GroupsPay (ws_.group_starts non-empty;
   // the groups' indexes written too), else plain.
+  template <typename T>
   int64_t AggregateRowsSorted(int64_t domain_size, int64_t width, size_t total, int server);
-  // ws_.words: one word per incoming row of ws_.parts (its position above
+  // ws_.words: one word per incoming row of the parts (its position above
   // its index in ws_.agg_rows, whose part in ws_.agg_parts), sorted by
   // position (stable).
+  template <typename T>
   void SortIncomingRows(int64_t domain_size, int64_t width, size_t total);
   // After SortIncomingRows: the served positions and each one's class
   // (ws_.served_class, ws_.class_rows), ws_.left_out_rows; returns the
@@ -312,11 +343,11 @@ class ZenScheme final : public Scheme {
   // After ws_.words (position above 32 bits of payload) is sorted: its
   // distinct positions into ws_.served_positions, the pull message laid
   // out for them; returns where the sums' values go.
-  float* LayoutServed(int64_t domain_size, int64_t width);
+  std::byte* LayoutServed(int64_t domain_size, int64_t width);
   // The same for ws_.served_positions as they are.
-  float* LayoutServedPositions(int64_t domain_size, int64_t width);
-  // Width 1, domain <= 2^32, no sum order: this server's part in
-  // ws_.parts[server], the peers' compact pushes in ws_.pushed.
+  std::byte* LayoutServedPositions(int64_t domain_size, int64_t width);
+  // Width 1, domain <= 2^32, no sum order, float32: this server's part in
+  // PartsOf<float>()[server], the peers' compact pushes in ws_.pushed.
   int64_t AggregateElements(int64_t domain_size, int server);
   // AggregateElements over `ranges` ranges of kElementRange positions, each
   // summed in an accumulator on the stack: ws_.served_positions and
@@ -326,18 +357,21 @@ class ZenScheme final : public Scheme {
   void AggregateElementRanges(uint64_t ranges, int server);
   // Whether pushes to a server of domain_size are compact (the smallest of
   // COO32, Elias-Fano and the bitmap, per message) rather than COO: width 1
-  // without a sum order, i.e. exactly when that server aggregates with
-  // AggregateElements (which reads any index); the same on every rank.
+  // float32 without a sum order, i.e. exactly when that server aggregates
+  // with AggregateElements (which reads any index); the same on every rank.
   bool CompactPush(int64_t width, int64_t domain_size) const {
-    return width == 1 && call_.sum_order.empty() && domain_size <= kMaxCoo32Domain;
+    return width == 1 && call_dtype_ == DType::kFloat32 && call_.sum_order.empty() &&
+           domain_size <= kMaxCoo32Domain;
   }
+  template <typename T>
   int64_t AggregateInSumOrder(const HashDomains& domains, int server, int64_t width);
   // The sparse entries' common start: stats reset, and for n > 1 this
   // rank's partition, then `zero` filled with zeros, then the exchange
   // (on_pulled as for Exchange); returns the domains. nullopt for n = 1
-  // (nothing to exchange).
+  // (nothing to exchange). T: local's value type.
+  template <typename T>
   std::optional<HashDomains> SparseExchange(Communicator& comm, const SparseTensor& local,
-                                            std::span<float> zero, OnPulled on_pulled);
+                                            std::span<std::byte> zero, OnPulled on_pulled);
   // Width 1, rows <= 2^32: server's pulled message as words at the start of
   // ws_.result_words (grown if needed, never zeroed), one per element, its
   // id above its value's bits; returns them (valid until the next call).
@@ -350,10 +384,10 @@ class ZenScheme final : public Scheme {
   // starts in result_words): id = block << block_bits | (key's low bits).
   std::span<uint64_t> ElementWords(const HashDomains& domains, int server, const Where& where,
                                    size_t at = 0);
-  // Whether a tensor takes the element path: width 1, rows <= 2^32 (ids
-  // and keys fit the high half of a word).
+  // Whether a tensor takes the element path: float32 of width 1, rows <=
+  // 2^32 (ids and keys fit the high half of a word, the value its low half).
   static bool ElementPath(const SparseTensor& t) {
-    return t.width() == 1 && t.rows() <= (int64_t{1} << 32);
+    return t.width() == 1 && t.dtype() == DType::kFloat32 && t.rows() <= (int64_t{1} << 32);
   }
   // fn(id, row) for every row of server's pulled message; a grouped pull's
   // rows include this rank's sole rows (their values from its own
@@ -369,11 +403,25 @@ class ZenScheme final : public Scheme {
   void ElementResultFromRuns(size_t filled, int block_bits, int64_t rows,
                              std::vector<int64_t>& ids, std::vector<float>& values);
   void ElementResult(std::vector<int64_t>& ids, std::vector<float>& values);
+  template <typename T>
   void RowsResult(bool packed, int64_t rows, int64_t width, std::vector<int64_t>& ids,
-                  std::vector<float>& values);
-  template <typename Fn>
+                  std::vector<T>& values);
+  // fn(id, const T* row).
+  template <typename T, typename Fn>
   size_t ForEachPulledRow(const HashDomains& domains, int server, const Where& where, Fn&& fn,
                           bool own_sole_rows = true);
+  // DoSync, DoSyncInto and DoSyncDense for values of type T.
+  template <typename T>
+  SparseTensor SyncOf(Communicator& comm, const SparseTensor& local);
+  template <typename T>
+  void SyncIntoOf(Communicator& comm, const SparseTensor& local, std::span<T> out,
+                  double divisor);
+  void SyncDenseFloat(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
+                      std::string_view tensor);
+  // SyncIntoOf's element path (float32, width 1): server j's pulled words
+  // written into out, each value / divisor.
+  void ElementInto(const HashDomains& domains, int j, const Where& where, std::span<float> out,
+                   float divisor);
 
   SchemeOptions options_;
   ZenConfig config_;
@@ -383,10 +431,12 @@ class ZenScheme final : public Scheme {
   std::map<std::pair<int, uint64_t>, uint64_t> seeds_;  // (world, local seed) -> agreed
   Workspace ws_;
   ZenStats stats_;
-  // The options of the call in progress, set by each DoSync* on entry (the
-  // sum order's steps are the caller's, read during that call only).
+  // The options and the values' dtype of the call in progress, set by each
+  // DoSync* on entry (the sum order's steps are the caller's, read during
+  // that call only).
   SyncOptions call_;
-  std::vector<const float*> contrib_;  // per rank, the row of the key being summed
+  DType call_dtype_ = DType::kFloat32;
+  std::vector<const std::byte*> contrib_;  // per rank, the row of the key being summed
 };
 
 // The stats of the last call if s is a ZenScheme, else nullptr.
@@ -394,8 +444,11 @@ const ZenStats* ZenLastStats(const Scheme& s);
 
 // What zen takes per call: its registry entry's and its objects' one
 // declaration.
+// float64 is summed in float64 (every adding phase is templated on the
+// value type), also in a sum order (AggregateInSumOrder, on either input
+// path).
 inline constexpr SyncCapabilities kZenCapabilities{
-    .narrow_values = true, .sum_order = true, .float64 = false};
+    .narrow_values = true, .sum_order = true, .float64 = true, .float64_sum_order = true};
 
 SchemeInfo ZenInfo();
 // Its cost function (registry.h), defined in cost.cc; BuiltinSchemes attaches
