@@ -20,7 +20,7 @@
 // started.
 //
 // A sparse item with {"out": array, "divisor": d} has its sum divided by d
-// written into `array` (float32, C-contiguous, rows x width values; zeros
+// written into `array` (the values' dtype, C-contiguous, rows x width; zeros
 // elsewhere: Scheme::SyncInto) and None in wait()'s list: no sorted result,
 // no copy (the top-k hook writes each bucket's mean this way).
 //
@@ -28,8 +28,10 @@
 // the item rather than raised here, so that it travels through the batch's
 // metadata round and every rank raises for the batch. A dense or sparse item
 // may end with a dict of options: "scheme" (this tensor's scheme id),
-// "dtype" (the caller's dtype before conversion to float32, compared across
-// ranks), "values" ("bf16"/"fp16": values at half width on the wire,
+// "dtype" (compared across ranks: a zen dtype name for arrays of its item
+// size that hold its bits, e.g. "bfloat16" for a uint16 view, read as that
+// dtype in place; otherwise the caller's dtype before a conversion to
+// float32, only compared), "values" ("bf16"/"fp16": values at half width on the wire,
 // summed in float32), "sum_order" ([(first element, start rank), ...]:
 // the order ranks' values are added in, SyncOptions::sum_order; these two
 // need a scheme whose registry entry declares them, SyncCapabilities: zen,
@@ -101,7 +103,7 @@ class PyHandle {
       const auto nnz = static_cast<py::ssize_t>(s.nnz());
       const auto width = static_cast<py::ssize_t>(batch_->out_width[i]);
       py::object values = WithValueType(s.dtype(), [&]<typename T>() -> py::object {
-        return ToArray(std::move(s).TakeValues<T>(), {nnz, width});
+        return ToValueArray(std::move(s).TakeValues<T>(), {nnz, width});
       });
       out.append(py::make_tuple(ToArray(std::move(s).TakeIds(), {nnz}), values));
     }
@@ -127,23 +129,22 @@ int64_t ToInt64(const py::handle& obj, const char* what, std::string& error) {
   }
 }
 
-// A writable C-contiguous float32 or float64 numpy array as a buffer of its
-// dtype (read and written in place, no converting copy), kept alive by the
-// batch; otherwise an empty buffer and the first problem in `error`.
+// A writable C-contiguous numpy array of one of zen's dtypes (ValueDType:
+// `named` is the item's "dtype", e.g. bfloat16 bits in a uint16 array) as
+// a buffer of that dtype (read and written in place, no converting copy),
+// kept alive by the batch; otherwise an empty buffer and the first problem
+// in `error`.
 DenseValues WritableValues(PyBatch& b, const py::object& obj, const std::string& what,
-                           std::string& error) {
+                           const std::string& named, std::string& error) {
   if (!py::isinstance<py::array>(obj)) {
     if (error.empty()) error = what + " must be a numpy array, got " + TypeName(obj);
     return {};
   }
   auto a = py::reinterpret_borrow<py::array>(obj);
-  const bool f32 = a.dtype().is(py::dtype::of<float>());
-  const bool f64 = a.dtype().is(py::dtype::of<double>());
-  if (!f32 && !f64) {
-    if (error.empty()) {
-      error = what + " has dtype " + py::str(a.dtype()).cast<std::string>() +
-              ", zen syncs float32 and float64";
-    }
+  DenseValues out;
+  std::string problem;
+  if (!ValueDType(a, named, /*strict=*/false, out.dtype, problem)) {
+    if (error.empty()) error = what + ": " + problem;
     return {};
   }
   if (!a.writeable() || !(a.flags() & py::array::c_style)) {
@@ -151,18 +152,8 @@ DenseValues WritableValues(PyBatch& b, const py::object& obj, const std::string&
     return {};
   }
   b.keep.push_back(obj);
-  const auto size = static_cast<size_t>(a.size());
-  if (f64) return std::span<double>(static_cast<double*>(a.mutable_data()), size);
-  return std::span<float>(static_cast<float*>(a.mutable_data()), size);
-}
-
-// The values of a sparse item, read in place: a float32 or float64 numpy
-// array (C-contiguous, or made so), kept alive by the batch.
-template <typename T>
-std::span<const T> ValuesOf(PyBatch& b, const py::object& obj) {
-  const auto c = py::array_t<T, py::array::c_style>::ensure(obj);
-  b.keep.push_back(c);
-  return std::span(c.data(), static_cast<size_t>(c.size()));
+  out.bytes = std::span(static_cast<std::byte*>(a.mutable_data()), static_cast<size_t>(a.nbytes()));
+  return out;
 }
 
 // Adds one item of the Python list to the batch (never throws for a bad
@@ -204,7 +195,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
     if (d.contains("rank_order")) t.rank_order = py::bool_(d["rank_order"]);
     if (d.contains("out")) {  // sparse items only (checked by the caller)
       t.into = true;
-      t.sparse_into = WritableValues(b, d["out"], "out", error);
+      t.sparse_into = WritableValues(b, d["out"], "out", t.dtype, error);
     }
     if (d.contains("divisor")) {
       try {
@@ -232,7 +223,7 @@ void AddItem(PyBatch& b, const py::handle& item) {
     t.kind = BatchTensor::Kind::kDense;
     t.rows = ToInt64(tuple[py::int_(3)], "rows", error);
     t.width = ToInt64(tuple[py::int_(4)], "width", error);
-    t.dense = WritableValues(b, tuple[py::int_(2)], "dense buffer", error);
+    t.dense = WritableValues(b, tuple[py::int_(2)], "dense buffer", t.dtype, error);
   } else if (kind == "sparse" && (n == 6 || n == 7)) {
     options(6);
     t.kind = BatchTensor::Kind::kSparse;
@@ -244,8 +235,8 @@ void AddItem(PyBatch& b, const py::handle& item) {
     // C-contiguous are converted first.
     std::span<const int64_t> ids;
     DType dtype = DType::kFloat32;
-    std::span<const float> values;
-    std::span<const double> values64;
+    const std::byte* values = nullptr;
+    size_t count = 0;
     if (!py::isinstance<py::array>(ids_obj) ||
         (py::reinterpret_borrow<py::array>(ids_obj).dtype().kind() != 'i')) {
       if (error.empty()) error = "ids must be a numpy array of signed integers";
@@ -258,21 +249,26 @@ void AddItem(PyBatch& b, const py::handle& item) {
     const auto values_array = py::isinstance<py::array>(values_obj)
                                   ? py::reinterpret_borrow<py::array>(values_obj)
                                   : py::array();
-    if (values_array && values_array.dtype().is(py::dtype::of<float>())) {
-      values = ValuesOf<float>(b, values_obj);
-    } else if (values_array && values_array.dtype().is(py::dtype::of<double>())) {
-      dtype = DType::kFloat64;
-      values64 = ValuesOf<double>(b, values_obj);
-    } else if (error.empty()) {
-      error = "values must be a numpy float32 or float64 array";
+    std::string problem;
+    if (!values_array) {
+      if (error.empty()) error = "values must be a numpy array";
+    } else if (!ValueDType(values_array, t.dtype, /*strict=*/false, dtype, problem)) {
+      if (error.empty()) error = problem;
+    } else {  // read in place (C-contiguous, or made so), kept alive by the batch
+      const auto c = py::array::ensure(values_array, py::array::c_style);
+      b.keep.push_back(c);
+      values = static_cast<const std::byte*>(c.data());
+      count = static_cast<size_t>(c.size());
     }
     auto input = std::make_unique<SparseTensor>();
     if (error.empty()) {
       py::gil_scoped_release release;
       try {
-        *input = dtype == DType::kFloat64
-                     ? SparseTensor::ViewOrCoo<double>(t.rows, t.width, ids, values64, t.name)
-                     : SparseTensor::ViewOrCoo(t.rows, t.width, ids, values, t.name);
+        *input = WithValueType(dtype, [&]<typename T>() {
+          return SparseTensor::ViewOrCoo<T>(
+              t.rows, t.width, ids, std::span<const T>(reinterpret_cast<const T*>(values), count),
+              t.name);
+        });
       } catch (const InvalidArgument& e) {
         error = e.what();
       } catch (const std::bad_alloc&) {

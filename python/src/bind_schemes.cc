@@ -112,17 +112,30 @@ CallArgs ReadCommon(const py::handle& rows, const py::handle& width, const py::h
 
 std::string DtypeName(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
 
+// The Python dtype argument (None or a str) as a name; a wrong type fails
+// the call.
+std::string DTypeArg(const py::object& obj, CallArgs& args) {
+  if (obj.is_none()) return {};
+  if (!py::isinstance<py::str>(obj)) {
+    args.Fail("dtype must be None or a str, got " + TypeName(obj));
+    return {};
+  }
+  return obj.cast<std::string>();
+}
+
 py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj,
                   const py::object& width_obj, const py::object& ids_obj,
-                  const py::object& values_obj, const py::object& name_obj) {
+                  const py::object& values_obj, const py::object& name_obj,
+                  const py::object& dtype_obj) {
   CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
+  const std::string named = DTypeArg(dtype_obj, args);
   // The arrays are read in place for the call (SparseTensor::ViewOrCoo); ids of another
   // integer type or arrays that are not C-contiguous are converted first.
   py::object ids_keep, values_keep;
   std::span<const int64_t> id_span;
   DType dtype = DType::kFloat32;
-  std::span<const float> value_span;
-  std::span<const double> value_span64;
+  const std::byte* value_data = nullptr;
+  size_t value_count = 0;
   // ids: an integer array (a float array is refused, not truncated).
   if (!py::isinstance<py::array>(ids_obj)) {
     args.Fail("ids must be a numpy int64 array, got " + TypeName(ids_obj));
@@ -152,23 +165,19 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
       id_span = std::span(c.data(), static_cast<size_t>(c.size()));
     }
   }
-  // values: float32 or float64, each summed in its own precision (other
-  // dtypes are refused).
+  // values: any of zen's dtypes (ValueDType), each summed as its dtype says.
   if (!py::isinstance<py::array>(values_obj)) {
-    args.Fail("values must be a numpy float32 or float64 array, got " + TypeName(values_obj));
+    args.Fail("values must be a numpy array, got " + TypeName(values_obj));
   } else {
     const auto values = py::reinterpret_borrow<py::array>(values_obj);
-    if (values.dtype().is(py::dtype::of<float>())) {
-      const auto c = py::array_t<float, py::array::c_style>::ensure(values);
-      values_keep = c;
-      value_span = std::span(c.data(), static_cast<size_t>(c.size()));
-    } else if (values.dtype().is(py::dtype::of<double>())) {
-      const auto c = py::array_t<double, py::array::c_style>::ensure(values);
-      values_keep = c;
-      dtype = DType::kFloat64;
-      value_span64 = std::span(c.data(), static_cast<size_t>(c.size()));
+    std::string error;
+    if (!ValueDType(values, named, /*strict=*/true, dtype, error)) {
+      args.Fail(error);
     } else {
-      args.Fail("values have dtype " + DtypeName(values) + ", zen syncs float32 and float64");
+      const auto c = py::array::ensure(values, py::array::c_style);
+      values_keep = c;
+      value_data = static_cast<const std::byte*>(c.data());
+      value_count = static_cast<size_t>(c.size());
     }
   }
   SparseTensor sum;
@@ -177,11 +186,11 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
     SparseTensor local;
     if (args.error.empty()) {
       try {
-        local = dtype == DType::kFloat64
-                    ? SparseTensor::ViewOrCoo<double>(args.rows, args.width, id_span,
-                                                      value_span64, args.name)
-                    : SparseTensor::ViewOrCoo(args.rows, args.width, id_span, value_span,
-                                              args.name);
+        local = WithValueType(dtype, [&]<typename T>() {
+          return SparseTensor::ViewOrCoo<T>(
+              args.rows, args.width, id_span,
+              std::span<const T>(reinterpret_cast<const T*>(value_data), value_count), args.name);
+        });
       } catch (const InvalidArgument& e) {
         args.Fail(e.what());
       } catch (const std::bad_alloc&) {
@@ -197,21 +206,22 @@ py::tuple SyncCoo(Scheme& scheme, Communicator& comm, const py::object& rows_obj
   // TakeIds moves only the ids out, so the values are still there to take.
   std::vector<int64_t> out_ids = std::move(sum).TakeIds();
   py::object out_values = WithValueType(sum.dtype(), [&]<typename T>() -> py::object {
-    return ToArray(std::move(sum).TakeValues<T>(), {nnz, static_cast<py::ssize_t>(args.width)});
+    return ToValueArray(std::move(sum).TakeValues<T>(),
+                        {nnz, static_cast<py::ssize_t>(args.width)});
   });
   return py::make_tuple(ToArray(std::move(out_ids), {nnz}), out_values);
 }
 
 // What is wrong with buffer as the in-place target of a [rows x width] sync,
 // or empty.
-std::string CheckDenseBuffer(const py::handle& obj, int64_t rows, int64_t width) {
+std::string CheckDenseBuffer(const py::handle& obj, int64_t rows, int64_t width,
+                             const std::string& named, DType& dtype) {
   if (!py::isinstance<py::array>(obj)) {
-    return "dense buffer must be a numpy float32 or float64 array, got " + TypeName(obj);
+    return "dense buffer must be a numpy array, got " + TypeName(obj);
   }
   const auto buffer = py::reinterpret_borrow<py::array>(obj);
-  if (!buffer.dtype().is(py::dtype::of<float>()) && !buffer.dtype().is(py::dtype::of<double>())) {
-    return "dense buffer has dtype " + DtypeName(buffer) + ", zen syncs float32 and float64";
-  }
+  std::string error;
+  if (!ValueDType(buffer, named, /*strict=*/true, dtype, error)) return "dense buffer: " + error;
   if (!buffer.writeable()) return "dense buffer is read-only";
   if (!(buffer.flags() & py::array::c_style)) return "dense buffer is not C-contiguous";
   int64_t elements = 0;
@@ -224,18 +234,17 @@ std::string CheckDenseBuffer(const py::handle& obj, int64_t rows, int64_t width)
 
 void SyncDense(Scheme& scheme, Communicator& comm, const py::object& buffer_obj,
                const py::object& rows_obj, const py::object& width_obj,
-               const py::object& name_obj) {
+               const py::object& name_obj, const py::object& dtype_obj) {
   CallArgs args = ReadCommon(rows_obj, width_obj, name_obj);
-  if (args.error.empty()) args.Fail(CheckDenseBuffer(buffer_obj, args.rows, args.width));
+  const std::string named = DTypeArg(dtype_obj, args);
+  DType dtype = DType::kFloat32;
+  if (args.error.empty()) args.Fail(CheckDenseBuffer(buffer_obj, args.rows, args.width, named, dtype));
   DenseValues data;
   if (args.error.empty()) {
     auto buffer = py::reinterpret_borrow<py::array>(buffer_obj);
-    const auto size = static_cast<size_t>(buffer.size());
-    if (buffer.dtype().is(py::dtype::of<double>())) {
-      data = std::span<double>(static_cast<double*>(buffer.mutable_data()), size);
-    } else {
-      data = std::span<float>(static_cast<float*>(buffer.mutable_data()), size);
-    }
+    data.dtype = dtype;
+    data.bytes = std::span(static_cast<std::byte*>(buffer.mutable_data()),
+                           static_cast<size_t>(buffer.nbytes()));
   }
   py::gil_scoped_release release;
   if (!args.error.empty()) {
@@ -268,6 +277,40 @@ void RejectCall(Scheme& scheme, Communicator& comm, const py::object& rows_obj,
 
 }  // namespace
 
+py::dtype NumpyDType(DType d) {
+  try {
+    return py::dtype::from_args(py::str(DTypeName(d)));
+  } catch (py::error_already_set&) {  // numpy has no such dtype (bfloat16): the bits
+    return py::dtype::from_args(py::str("uint" + std::to_string(8 * DTypeSize(d))));
+  }
+}
+
+bool ValueDType(const py::array& a, const std::string& named, bool strict, DType& out,
+                std::string& error) {
+  const std::string own = py::str(a.dtype()).cast<std::string>();
+  DType d = DType::kFloat32;
+  if (!named.empty() && named != own && DTypeFromName(named, d)) {
+    const char kind = a.dtype().kind();
+    if (static_cast<size_t>(a.itemsize()) == DTypeSize(d) &&
+        (kind == 'f' || kind == 'i' || kind == 'u')) {
+      out = d;
+      return true;
+    }
+    if (strict) {
+      error = detail::Concat("values of numpy dtype ", own, " given as ", named, " (",
+                             DTypeSize(d), "-byte values)");
+      return false;
+    }
+  } else if (!named.empty() && named != own && strict) {
+    error = detail::Concat("dtype '", named, "' is none of zen's (", DTypeSet::All().Names(), ")");
+    return false;
+  }
+  if (DTypeFromName(own, out)) return true;
+  error = detail::Concat("values have dtype ", own, ", zen syncs ", DTypeSet::All().Names(),
+                         " (bfloat16 as a uint16 or int16 view with dtype='bfloat16')");
+  return false;
+}
+
 void BindSchemes(py::module_& m) {
   py::class_<Scheme>(m, "Scheme", "A synchronization scheme of the registry (zen.create_scheme).")
       .def_property_readonly("name", [](const Scheme& s) { return std::string(s.name()); })
@@ -275,14 +318,15 @@ void BindSchemes(py::module_& m) {
                              [](const Scheme& s) { return std::string(s.description()); })
       .def_property_readonly("check_agreement", &Scheme::check_agreement)
       .def("sync", &SyncCoo, py::arg("comm"), py::arg("rows"), py::arg("width"), py::arg("ids"),
-           py::arg("values"), py::arg("name") = "",
+           py::arg("values"), py::arg("name") = "", py::arg("dtype") = py::none(),
            "Global sum of a COO tensor (ids: int64 [nnz], any order, duplicates summed; values: "
-           "float32 [nnz, width]). Returns (ids, values), sorted and unique, identical on every "
-           "rank.")
+           "[nnz, width] of float32, float64 or float16, or of any 2-byte type holding bfloat16 "
+           "bits with dtype='bfloat16'; read in place). Returns (ids, values), sorted and unique, "
+           "identical on every rank; bfloat16 values come back as uint16 bits.")
       .def("sync_dense", &SyncDense, py::arg("comm"), py::arg("buffer"),
-           py::arg("rows"), py::arg("width"), py::arg("name") = "",
-           "Sums a C-contiguous float32 [rows x width] buffer over all ranks in place; zero rows "
-           "are not sent.")
+           py::arg("rows"), py::arg("width"), py::arg("name") = "", py::arg("dtype") = py::none(),
+           "Sums a C-contiguous [rows x width] buffer (float32, float64, float16, or bfloat16 "
+           "bits with dtype='bfloat16') over all ranks in place; zero rows are not sent.")
       .def("reject", &RejectCall, py::arg("comm"), py::arg("rows"), py::arg("width"),
            py::arg("name"), py::arg("message"),
            "Raises ValueError(message) on this rank and on every rank in the matching sync call.")
@@ -300,6 +344,22 @@ void BindSchemes(py::module_& m) {
         return out;
       },
       "The registered schemes as (id, description).");
+  m.def(
+      "scheme_dtypes",
+      [] {
+        std::vector<std::pair<std::string, std::vector<std::string>>> out;
+        const SchemeRegistry registry = Registry();
+        for (const SchemeInfo& s : registry.schemes()) {
+          std::vector<std::string> names;
+#define ZEN_DTYPE_IF_SUMMED(T, e, code, name) \
+  if (s.capabilities.Sums(DType::e)) names.emplace_back(name);
+          ZEN_FOR_EACH_VALUE_TYPE(ZEN_DTYPE_IF_SUMMED)
+#undef ZEN_DTYPE_IF_SUMMED
+          out.emplace_back(s.id, std::move(names));
+        }
+        return out;
+      },
+      "The dtypes each registered scheme sums, as (id, [dtype name, ...]) (SyncCapabilities).");
   m.def("default_scheme", &DefaultScheme,
         "'auto' when the cost-model selector is built in, else 'zen', else 'agsparse'.");
   m.def("create_scheme", &CreateScheme, py::arg("id"), py::kw_only(),

@@ -148,6 +148,72 @@ def test_float64_is_summed_in_float64(scheme):
         assert np.array_equal(buf, want)
 
 
+def _bf16_bits(x):
+    """bfloat16 bits of float32 values, written out here: the top 16 bits
+    of each float32, rounded to nearest even (the format's definition)."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("scheme", [s for s, _ in zen.schemes()])
+def test_bfloat16_and_float16_are_summed_at_their_own_width(scheme):
+    # float16 arrays are read in place as float16; bfloat16 (numpy has none)
+    # as a uint16 view of its bits with dtype="bfloat16". Row 4 holds 1,
+    # 2^-8, 2^-8 over the ranks: 1 + 2^-7 rounded once (agsparse, sparse_ps,
+    # omnireduce), 1 rounded at each hop (dense, sparcml); the result comes
+    # back at 16 bits. zen refuses both on every rank naming the dtype.
+    world, rows, width = 3, 10, 2
+    given = [np.array([[1.0, 3.0]]), np.array([[2.0 ** -8, 3.0]]), np.array([[2.0 ** -8, 3.0]])]
+    once = scheme in ("agsparse", "sparse_ps", "omnireduce")
+
+    def fn(comm):
+        s = zen.create_scheme(scheme)
+        bits = _bf16_bits(given[comm.rank])
+        out_ids, out_bf = s.sync(comm, rows, width, np.array([4]), bits, "b", dtype="bfloat16")
+        half = given[comm.rank].astype(np.float16)
+        _, out_fp = s.sync(comm, rows, width, np.array([4]), half, "h")
+        buf = np.zeros((rows, width), np.float16)
+        buf[4] = half[0]
+        s.sync_dense(comm, buf, rows, width, "d")
+        dense_bf = np.zeros((rows, width), np.int16)
+        dense_bf[4] = bits[0].view(np.int16)
+        s.sync_dense(comm, dense_bf, rows, width, "db", dtype="bfloat16")
+        return out_ids, out_bf, out_fp, buf, dense_bf
+
+    results = on_threads(world, fn, f"b16-{scheme}")
+    if scheme == "zen":
+        assert all(isinstance(e, ValueError) and "bfloat16" in str(e) for e in results), results
+        return
+    for got in results:
+        assert not isinstance(got, Exception), repr(got)
+        out_ids, out_bf, out_fp, buf, dense_bf = got
+        assert out_ids.tolist() == [4] and out_bf.dtype == np.uint16 and out_fp.dtype == np.float16
+        first = 1.0 + 2.0 ** -7 if once else None
+        for bf in (out_bf[0], dense_bf[4].view(np.uint16)):
+            assert bf[1] == _bf16_bits([9.0])[0]
+            assert bf[0] in (_bf16_bits([1.0 + 2.0 ** -7])[0], _bf16_bits([1.0])[0])
+            if first is not None:
+                assert bf[0] == _bf16_bits([first])[0]
+        # float16 holds 1 + 2^-7 exactly.
+        assert out_fp[0].tolist() == [1.0 + 2.0 ** -7, 9.0] and buf[4].tolist() == [1.0 + 2.0 ** -7, 9.0]
+
+
+def test_16_bit_dtype_errors_raise_on_every_rank():
+    # A uint16 array without dtype= (it is not a float dtype zen sums), and a
+    # float32 array given as bfloat16: ValueError on every rank naming them.
+    def fn(comm):
+        s = zen.create_scheme("agsparse")
+        if comm.rank == 0:
+            s.sync(comm, 10, 1, np.array([1]), np.ones((1, 1), np.uint16), "t")
+        else:
+            s.sync(comm, 10, 1, np.array([1]), np.ones((1, 1), np.float32), "t", dtype="bfloat16")
+
+    errors = on_threads(2, fn, "b16-err")
+    assert all(isinstance(e, ValueError) for e in errors), errors
+    assert "uint16" in str(errors[0]) and "bfloat16" in str(errors[0])
+    assert "float32" in str(errors[1]) and "bfloat16" in str(errors[1])
+
+
 def test_rendezvous_timeout_is_transport_error():
     store = dist.HashStore()
     with pytest.raises(zen.TransportError, match="address of rank 1"):

@@ -1046,6 +1046,70 @@ def scenario_record_fail(rank, world):
     return out
 
 
+# --- bfloat16 and float16 at their own width (issue 44) ----------------------
+
+def scenario_half16(rank, world):
+    """bfloat16 and float16 through allreduce_ (dense and sparse COO) with
+    the schemes that round once per value (agsparse, sparse_ps, omnireduce)
+    and auto: each result against a reference computed here, the float32
+    sum in rank order of the widened values, rounded once to the dtype. The
+    values are multiples of 2^-4 with 8 significant bits, so every float32
+    sum of them is exact and one rounding is the only one. The dense call
+    must send 2 bytes per value (no float32 copy on the wire)."""
+    out = {}
+    state = zen.torch.ZenState()
+
+    def given(r, shape, dtype):  # rank r's values, the same on every rank
+        g = torch.Generator().manual_seed(2000 + r)
+        k = torch.randint(1, 256, shape, generator=g).to(torch.float32)
+        sign = torch.randint(0, 2, shape, generator=g).to(torch.float32) * 2 - 1
+        e = torch.randint(0, 4, shape, generator=g).to(torch.float32)
+        return (sign * k * torch.pow(2.0, e - 4)).to(dtype)
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for scheme in ("agsparse", "sparse_ps", "omnireduce", "auto"):
+            key = f"{dtype},{scheme}"
+            # Dense: 480 x 8, every 7th row zero on each rank.
+            ref = torch.zeros(480, 8, dtype=torch.float32)
+            mag = torch.zeros(480, 8, dtype=torch.float32)  # sum of |x|: the per-hop bound
+            for r in range(world):
+                x = given(r, (480, 8), dtype)
+                x[r::7] = 0
+                ref += x.to(torch.float32)
+                mag += x.to(torch.float32).abs()
+            t = given(rank, (480, 8), dtype)
+            t[rank::7] = 0
+            before = state.comm.bytes_sent
+            zen.torch.allreduce_(t, state=state, scheme=scheme, name=f"{key} dense")
+            sent = state.comm.bytes_sent - before
+            assert t.dtype == dtype
+            if scheme != "auto":
+                assert torch.equal(t, ref.to(dtype)), (key, (t.float() - ref).abs().max())
+            else:  # whichever scheme auto chose: at most one rounding per hop
+                bound = world * (2.0 ** -8 if dtype == torch.bfloat16 else 2.0 ** -11)
+                assert ((t.float() - ref).abs() <= bound * mag).all(), key
+            # agsparse sends each rank's rows at 2 bytes a value (plus 8-byte
+            # ids and the calls' small metadata), far below float32's 4.
+            if scheme == "agsparse":
+                rows = 480 - len(range(rank, 480, 7))
+                payload = (world - 1) * rows * (8 + 8 * 2)
+                assert payload <= sent < payload + (world - 1) * rows * 8 * 2, (key, sent)
+            # Sparse COO: rows of 200 x 4, overlapping across ranks.
+            refd = torch.zeros(200, 4, dtype=torch.float32)
+            for r in range(world):
+                rr = torch.arange(0, 200, 3 + r)
+                refd[rr] += given(r, (len(rr), 4), dtype).to(torch.float32)
+            rows = torch.arange(0, 200, 3 + rank)
+            sp = torch.sparse_coo_tensor(rows.unsqueeze(0), given(rank, (len(rows), 4), dtype),
+                                         (200, 4))
+            got = zen.torch.allreduce_(sp, state=state, scheme=scheme, name=f"{key} sparse")
+            assert got.dtype == dtype
+            if scheme != "auto":
+                assert torch.equal(got.to_dense(), refd.to(dtype)), key
+            out[key] = sent
+    return out
+
+
 SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_allreduce,
              "mismatch": scenario_mismatch, "drift": scenario_drift,
              "raw_args": scenario_raw_args, "dtypes": scenario_dtypes,
@@ -1054,7 +1118,7 @@ SCENARIOS = {"ddp": scenario_ddp, "hook": scenario_hook, "allreduce": scenario_a
              "subgroups": scenario_subgroups, "compiled": scenario_compiled,
              "wrong_sums": scenario_wrong_sums, "decisions": scenario_decisions,
              "pg_transport": scenario_pg_transport, "record_fail": scenario_record_fail,
-             "fp64_ddp": scenario_fp64_ddp}
+             "fp64_ddp": scenario_fp64_ddp, "half16": scenario_half16}
 
 
 def main():

@@ -65,6 +65,7 @@ if _Context is not None:
         connect_url,
         create_scheme,
         default_scheme,
+        scheme_dtypes,
         schemes,
         transports,
         write_trace,

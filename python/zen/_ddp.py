@@ -8,6 +8,7 @@ zen._ddp <- zen.sparsify <- zen.torch.
 """
 
 import datetime
+import functools
 import hashlib
 import itertools
 import math
@@ -475,9 +476,33 @@ _PG_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Dtypes zen accepts: float32 and float64 are summed in their own precision
 # (float64 values with ZenState(values="fp32"); a half-width wire rounds them
-# through float32), float16 and bfloat16 in float32, converted back
-# afterwards.
+# through float32). float16 and bfloat16 are handed over at their own width
+# and summed in float32 (rounded where the scheme stores a result) when the
+# scheme sums them (zen.scheme_dtypes); for one that does not, or with a
+# half-width wire, they are copied to float32 and converted back afterwards.
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+@functools.lru_cache(maxsize=None)
+def _scheme_dtypes():
+    """{scheme id: the names of the dtypes it sums} (SyncCapabilities)."""
+    return {id_: frozenset(names) for id_, names in zen.scheme_dtypes()}
+
+
+def _numpy(tensor):
+    """A CPU tensor's values as a numpy array in place (no copy): bfloat16,
+    which numpy lacks, as its int16 bits (the item's "dtype" names it)."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy()
+    return tensor.numpy()
+
+
+def _torch(array, dtype):
+    """The tensor over a numpy array of zen's (no copy): bfloat16 values
+    arrive as 16-bit integers holding their bits."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def _local_error(tensor):
@@ -533,23 +558,30 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def _native(tensor, wire="fp32"):
-    """The dtype zen sums `tensor` in: float64 for float64 values sent as
-    they are (`wire` "fp32", ZenState.values), else float32."""
-    return torch.float64 if tensor.dtype == torch.float64 and wire == "fp32" else torch.float32
+def _native(tensor, wire="fp32", scheme="auto"):
+    """The dtype zen is handed `tensor` in: its own for values sent as they
+    are (`wire` "fp32", ZenState.values) when it is float64, or bfloat16 or
+    float16 and `scheme` sums that dtype; else float32."""
+    if wire != "fp32" or tensor.dtype == torch.float32:
+        return torch.float32
+    if tensor.dtype == torch.float64:
+        return torch.float64
+    if _dtype_name(tensor.dtype) in _scheme_dtypes().get(scheme, ()):
+        return tensor.dtype
+    return torch.float32
 
 
-def _summed(tensor, wire="fp32"):
-    """A contiguous tensor of the dtype zen sums `tensor` in (_native) with
-    tensor's values: tensor itself when it already is one (then results land
-    in place, no converting copy), else a copy."""
-    dtype = _native(tensor, wire)
+def _summed(tensor, wire="fp32", scheme="auto"):
+    """A contiguous tensor of the dtype zen is handed `tensor` in (_native)
+    with tensor's values: tensor itself when it already is one (then results
+    land in place, no converting copy), else a copy."""
+    dtype = _native(tensor, wire, scheme)
     if tensor.dtype == dtype and tensor.is_contiguous():
         return tensor
     return tensor.detach().to(dtype).contiguous()
 
 
-def _sparse_item(tensor, name, options, divisor=None, world=1):
+def _sparse_item(tensor, name, options, divisor=None, world=1, scheme="auto"):
     """('sparse', ...) for a COO tensor, or ('reject', ...) saying why not,
     and the function that turns the handle's result into a COO tensor.
     divisor: the values (float32, or float64 for float64 sent as they are;
@@ -566,14 +598,15 @@ def _sparse_item(tensor, name, options, divisor=None, world=1):
         error = _local_error(tensor) or _index_error(tensor)
         if not error:
             indices = tensor._indices()
-            dtype = _native(tensor, (options or {}).get("values", "fp32"))
+            opts = options or {}
+            dtype = _native(tensor, opts.get("values", "fp32"), opts.get("scheme", scheme))
             values = tensor._values().detach().to(dtype).reshape(indices.shape[1], width)
             if divisor is not None:
                 indices, values = _ddp_divided(indices, values, divisor,
                                                shape[:sparse_dim] + (width,))
             ids = _linear_ids(indices, shape, sparse_dim)  # row-major over the sparse dims
             item = ("sparse", name, rows, width, ids.contiguous().numpy(),
-                    values.contiguous().numpy(), options)
+                    _numpy(values.contiguous()), options)
     except Exception as e:
         error = _describe(e)
     if error:
@@ -582,7 +615,7 @@ def _sparse_item(tensor, name, options, divisor=None, world=1):
 
     def finish(result):
         out_ids, out_values = result
-        return _coo_from(torch.from_numpy(out_ids), torch.from_numpy(out_values), shape,
+        return _coo_from(torch.from_numpy(out_ids), _torch(out_values, values.dtype), shape,
                          sparse_dim), dtype
 
     return item, finish
@@ -653,7 +686,8 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
         ctx.start(name, [("dense", f"{name}[empty {shape}]", placeholder, 1, 1, options)]).wait()
         return tensor
     if tensor.layout == torch.sparse_coo:
-        item, finish = _sparse_item(tensor, name, options, world=state.world_size)
+        item, finish = _sparse_item(tensor, name, options, world=state.world_size,
+                                    scheme=state.scheme_id)
         results = ctx.start(name, [item]).wait()
         result, dtype = finish(results[0])
         if average:
@@ -670,8 +704,8 @@ def allreduce_(tensor, *, average=False, state=None, scheme=None, name=None):
     if error:
         ctx.start(name, [("reject", name, rows, width, error)]).wait()
     with torch.no_grad():
-        work = _summed(tensor, state.values)
-        ctx.start(name, [("dense", name, work.view(-1).numpy(), rows, width, options)]).wait()
+        work = _summed(tensor, state.values, scheme or state.scheme_id)
+        ctx.start(name, [("dense", name, _numpy(work.view(-1)), rows, width, options)]).wait()
         if average:
             work.div_(state.world_size)
         if work is not tensor:
@@ -780,15 +814,17 @@ def _bucket_items(state, bucket, work, fuse=True):
     buffer = bucket.buffer()
     index = bucket.index()
     flat = work.view(-1)
-    array = flat.numpy()
+    array = _numpy(flat)
     matrices, small = _bucket_layout(state, bucket, fuse)
     ring = _ddp_order(state, buffer)
+    # A bucket handed over at its own width other than float32 names its dtype.
+    typed = {"dtype": _dtype_name(work.dtype)} if work.dtype != torch.float32 else {}
 
     def options(pieces):  # the item's options: its sum order, the state's wire values
-        return _item_options(state, {"sum_order": _ring_sum_order(pieces, flat.numel(),
-                                                                  state.world_size,
-                                                                  buffer.element_size())}
-                             if ring else None)
+        if ring:
+            return _item_options(state, {**typed, "sum_order": _ring_sum_order(
+                pieces, flat.numel(), state.world_size, buffer.element_size())})
+        return _item_options(state, typed or None)
 
     items = [_with(("dense", name, array[o:o + rows * width], rows, width),
                    options([(o, rows * width)]))
@@ -796,7 +832,7 @@ def _bucket_items(state, bucket, work, fuse=True):
     if not small:
         return items, None
     vectors = torch.cat([flat[o:o + n] for o, n in small])
-    items.append(_with(("dense", f"bucket{index}.vectors", vectors.numpy(), vectors.numel(), 1),
+    items.append(_with(("dense", f"bucket{index}.vectors", _numpy(vectors), vectors.numel(), 1),
                        options(small)))
 
     def copy_back():
@@ -814,7 +850,7 @@ def _dense_fraction(work, items):
     total = nonzero = 0
     for item in items:
         _, _, array, rows, width = item[:5]
-        m = torch.from_numpy(array).view(rows, width)
+        m = _torch(array, work.dtype).view(rows, width)
         total += rows * width
         nonzero += int((m != 0).any(dim=1).sum()) * width
     return nonzero / total if total else 0.0
@@ -962,7 +998,8 @@ def comm_hook(state, bucket):
         if _ddp_rank_order(state):
             extra["rank_order"] = True
         options = _item_options(state, extra)
-        item, finish = _sparse_item(buffer, name, options, divisor=world, world=world)
+        item, finish = _sparse_item(buffer, name, options, divisor=world, world=world,
+                                    scheme=state.scheme_id)
         items, layout = [item], None
         step = _next_call(state, index)
         if state.record and step < state.record_steps and finish is not None:
@@ -971,7 +1008,7 @@ def comm_hook(state, bucket):
             if local.sparse_dim() == 1:
                 ids, values = local._indices()[0], local._values()
             else:  # the item's linear ids; its values were divided: undo for the trace
-                ids, values = torch.from_numpy(item[4]), torch.from_numpy(item[5]) * world
+                ids, values = torch.from_numpy(item[4]), _torch(item[5], buffer.dtype) * world
             extra, layout = _record_items(state, step, [(name, rows, width, ids, values)])
             items += extra
 
@@ -999,14 +1036,14 @@ def comm_hook(state, bucket):
                                                 error)], on_done=lambda h: _fail_from(h, fail))
         return future.then(_unwrap)
     with torch.no_grad():
-        work = _summed(buffer, state.values)
+        work = _summed(buffer, state.values, state.scheme_id)
         items, copy_back = _bucket_items(state, bucket, work, fuse=not recording)
         n_sync = len(items)
         layout = None
         step = _next_call(state, index)
         if state.record and step < state.record_steps:
             parts = [(item[1], item[3], item[4],
-                      *_nonzero_rows(torch.from_numpy(item[2]).view(item[3], item[4])))
+                      *_nonzero_rows(_torch(item[2], work.dtype).view(item[3], item[4])))
                      for item in items]
             extra, layout = _record_items(state, step, parts)
         # DDP's reducer multiplies each rank's gradient by 1/world before
@@ -1015,7 +1052,7 @@ def comm_hook(state, bucket):
         scale = 1.0 / world
         work.mul_(scale)
         if copy_back is not None:  # the vectors item is a copy of the 0-/1-D parameters
-            torch.from_numpy(items[-1][2]).mul_(scale)
+            _torch(items[-1][2], work.dtype).mul_(scale)
         if layout:
             items = items + extra
     decide = index not in state.bucket_modes

@@ -26,11 +26,11 @@ std::string Key(const SparseTensor& t) {
          DTypeName(t.dtype());
 }
 
-// A float64 input goes only to schemes that sum float64 in float64
-// (SyncCapabilities::float64); the profile's value_bytes says which it is.
+// An input goes only to schemes that sum its dtype
+// (SyncCapabilities::dtypes); the profile's dtype says which it is.
 Support TakesValues(const SchemeInfo& info, const SparsityProfile& profile) {
-  if (profile.value_bytes == sizeof(double) && !info.capabilities.float64) {
-    return Support::No("does not sum float64 values");
+  if (!info.capabilities.Sums(profile.dtype)) {
+    return Support::No(detail::Concat("does not sum ", DTypeName(profile.dtype), " values"));
   }
   return Support::Yes();
 }
@@ -208,6 +208,7 @@ void AutoScheme::Decide(TensorState& state, const SparseTensor& local, int rank)
   d.call = state.profiler.calls() - 1;
   d.profile = state.profiler.profile();
   d.profile.sparsity.value_bytes = DTypeSize(local.dtype());
+  d.profile.sparsity.dtype = local.dtype();
   d.forced = false;
   // A candidate is asked through the instance that would run (with this
   // auto's options), unless its entry answers without one.
@@ -381,9 +382,10 @@ void AutoScheme::Route(Communicator& comm, const SparseTensor& local,
   state.last_use = ++uses_;
   if (!options_.force.empty()) {
     const SchemeInfo* forced = registry_.Find(options_.force);
-    if (local.dtype() == DType::kFloat64 && forced != nullptr && !forced->capabilities.float64) {
+    if (forced != nullptr && !forced->capabilities.Sums(local.dtype())) {
       throw InvalidArgument(Where{comm.rank(), local.name()}, "auto: the forced scheme '",
-                            options_.force, "' does not sum float64 values");
+                            options_.force, "' does not sum ", DTypeName(local.dtype()),
+                            " values");
     }
     state.decision.tensor = local.name();
     state.decision.chosen = options_.force;

@@ -117,8 +117,8 @@ struct AutoDecision {
   std::vector<AutoTrial> trials;              // their times, once the trials have ended
 };
 
-// auto sums float64 by choosing only among the schemes that declare it.
-inline constexpr SyncCapabilities kAutoCapabilities{.float64 = true};
+// auto sums every dtype by choosing only among the schemes that declare it.
+inline constexpr SyncCapabilities kAutoCapabilities{.dtypes = DTypeSet::All()};
 
 class AutoScheme final : public Scheme {
  public:

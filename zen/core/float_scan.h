@@ -18,6 +18,9 @@
 //       visit(i + std::countr_zero(m));
 //   }
 //
+// RowIsNonZero and ForEachNonZeroRow take every value type (dtype.h): the
+// float32 ones are the SSE2 blocks, the others a row at a time.
+//
 // "Non-zero" is a bit pattern other than +0 and -0 (NaN and denormals are
 // non-zero), as `x != 0.0f`. A key is a float's bit pattern without the sign
 // (|x| as an integer: its order is |x|'s, NaN above +inf).
@@ -26,7 +29,10 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
+
+#include "zen/core/dtype.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -146,10 +152,19 @@ inline bool RowIsNonZero(const double* row, int64_t width) {
   for (int64_t i = 0; i < width; ++i) any |= DoubleKey(row[i]);
   return any != 0;
 }
-// ForEachNonZeroRow over float64 rows: row by row, one OR over the row's
-// bits (no branch per value).
-template <typename Fn>
-void ForEachNonZeroRow(const double* dense, int64_t width, int64_t begin, int64_t end, Fn&& fn) {
+// The 16-bit forms (bfloat16, float16; dtype.h): a value is zero when its
+// widened value is (+0 and -0); one OR over the row, no branch per value.
+template <typename T>
+  requires(std::is_same_v<AccumOf<T>, float> && !std::is_same_v<T, float>)
+bool RowIsNonZero(const T* row, int64_t width) {
+  bool any = false;
+  for (int64_t i = 0; i < width; ++i) any |= Widen(row[i]) != 0.0f;
+  return any;
+}
+// ForEachNonZeroRow over rows of any value type but float: row by row, one
+// OR per row (no branch per value).
+template <typename T, typename Fn>
+void ForEachNonZeroRow(const T* dense, int64_t width, int64_t begin, int64_t end, Fn&& fn) {
   for (int64_t r = begin; r < end; ++r) {
     if (RowIsNonZero(dense + r * width, width)) fn(r);
   }

@@ -1,7 +1,8 @@
 // zen/core/half.h: 16-bit float formats for values on the wire.
 //
-// zen can send gradient values as bfloat16 or IEEE 754 binary16 (fp16) and
-// sum them in float32 (see SyncOptions::values, zen/schemes/scheme.h). These
+// The conversions of the 16-bit dtypes (Widen / Narrow of Bfloat16 and
+// Float16, zen/core/dtype.h) and of half-width wire values of float32
+// tensors (SyncOptions::values, zen/schemes/scheme.h). These
 // functions convert one value between float32 and the 16-bit bit patterns
 // with round to nearest, ties to even, in portable integer arithmetic: no compiler
 // `_Float16`/`__bf16` support is needed (clang on x86-64 lacks `_Float16`

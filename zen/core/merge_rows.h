@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "zen/core/dtype.h"
+
 namespace zen {
 
 template <typename T>
@@ -33,6 +35,7 @@ using RowsView = RowsOf<float>;
 struct MergeScratch {
   std::vector<std::pair<int64_t, size_t>> heads;
   std::vector<size_t> next;
+  std::vector<float> row_sum;  // the 16-bit types: the row being summed, in float
 };
 
 // Calls fn(key, part, row) for every row of every part in ascending key
@@ -63,17 +66,19 @@ void ForEachMerged(const Parts& parts, MergeScratch& scratch, Fn&& fn) {
   }
 }
 
-// The number of distinct keys over all parts (a keys-only merge).
-size_t MergedCount(std::span<const RowsOf<float>> parts, MergeScratch& scratch);
-size_t MergedCount(std::span<const RowsOf<double>> parts, MergeScratch& scratch);
-// Merges into caller memory of MergedCount entries (out_ids) and
-// MergedCount x width floats (out_values: e.g. the values region of an
-// outgoing message, so the sum is written where it is sent from); returns
-// that count.
-// One kernel per value type (float32, float64).
-size_t MergeSumRowsInto(std::span<const RowsOf<float>> parts, int64_t width, int64_t* out_ids,
-                        float* out_values, MergeScratch& scratch);
-size_t MergeSumRowsInto(std::span<const RowsOf<double>> parts, int64_t width, int64_t* out_ids,
-                        double* out_values, MergeScratch& scratch);
+// MergedCount: the number of distinct keys over all parts (a keys-only
+// merge).
+// MergeSumRowsInto: merges into caller memory of MergedCount entries
+// (out_ids) and MergedCount x width values (out_values: e.g. the values
+// region of an outgoing message, so the sum is written where it is sent
+// from); returns that count. The rows of one key are summed in part order
+// in AccumOf<T> and rounded to T once (bfloat16, float16: in float).
+// One kernel per value type (ZEN_FOR_EACH_VALUE_TYPE).
+#define ZEN_MERGE_ROWS(T, ...)                                                                 \
+  size_t MergedCount(std::span<const RowsOf<T>> parts, MergeScratch& scratch);                 \
+  size_t MergeSumRowsInto(std::span<const RowsOf<T>> parts, int64_t width, int64_t* out_ids,  \
+                          T* out_values, MergeScratch& scratch);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_MERGE_ROWS)
+#undef ZEN_MERGE_ROWS
 
 }  // namespace zen

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
@@ -28,7 +29,11 @@ void AddIntoT(std::span<T> dst, std::span<const T> src) {
   }
   T* d = dst.data();
   const T* s = src.data();
-  for (size_t i = 0, n = dst.size(); i < n; ++i) d[i] += s[i];
+  if constexpr (std::is_same_v<AccumOf<T>, T>) {
+    for (size_t i = 0, n = dst.size(); i < n; ++i) d[i] += s[i];
+  } else {
+    for (size_t i = 0, n = dst.size(); i < n; ++i) d[i] = Add(d[i], s[i]);
+  }
 }
 
 template <typename T>
@@ -49,7 +54,7 @@ size_t MergeSumIntoT(std::span<const int64_t> ia, std::span<const T> va,
       out_ids[k] = ia[i];
       const T* x = va.data() + i++ * w;
       const T* y = vb.data() + j++ * w;
-      for (size_t c = 0; c < w; ++c) dst[c] = x[c] + y[c];
+      for (size_t c = 0; c < w; ++c) dst[c] = Add(x[c], y[c]);
     }
   }
   return k;
@@ -57,19 +62,40 @@ size_t MergeSumIntoT(std::span<const int64_t> ia, std::span<const T> va,
 
 }  // namespace
 
-void AddInto(std::span<float> dst, std::span<const float> src) { AddIntoT(dst, src); }
-void AddInto(std::span<double> dst, std::span<const double> src) { AddIntoT(dst, src); }
+template <typename T>
+void AddWidenedInto(std::span<AccumOf<T>> acc, std::span<const T> src) {
+  if constexpr (std::is_same_v<AccumOf<T>, T>) {
+    AddIntoT<T>(acc, src);
+  } else {
+    if (acc.size() != src.size()) {
+      throw InvalidArgument("AddWidenedInto: sizes " + std::to_string(acc.size()) + " and " +
+                            std::to_string(src.size()) + " differ");
+    }
+    for (size_t i = 0, n = acc.size(); i < n; ++i) acc[i] += Widen(src[i]);
+  }
+}
 
-size_t MergeSumInto(std::span<const int64_t> ia, std::span<const float> va,
-                    std::span<const int64_t> ib, std::span<const float> vb, int64_t width,
-                    int64_t* out_ids, float* out_values) {
-  return MergeSumIntoT(ia, va, ib, vb, width, out_ids, out_values);
+template <typename T>
+void NarrowInto(std::span<T> dst, std::span<const AccumOf<T>> acc) {
+  if (dst.size() != acc.size()) {
+    throw InvalidArgument("NarrowInto: sizes " + std::to_string(dst.size()) + " and " +
+                          std::to_string(acc.size()) + " differ");
+  }
+  for (size_t i = 0, n = dst.size(); i < n; ++i) dst[i] = Narrow<T>(acc[i]);
 }
-size_t MergeSumInto(std::span<const int64_t> ia, std::span<const double> va,
-                    std::span<const int64_t> ib, std::span<const double> vb, int64_t width,
-                    int64_t* out_ids, double* out_values) {
-  return MergeSumIntoT(ia, va, ib, vb, width, out_ids, out_values);
-}
+
+// The kernels of every value type (dtype.h).
+#define ZEN_REDUCE_KERNELS(T, ...)                                                          \
+  void AddInto(std::span<T> dst, std::span<const T> src) { AddIntoT(dst, src); }           \
+  size_t MergeSumInto(std::span<const int64_t> ia, std::span<const T> va,                  \
+                      std::span<const int64_t> ib, std::span<const T> vb, int64_t width,   \
+                      int64_t* out_ids, T* out_values) {                                   \
+    return MergeSumIntoT(ia, va, ib, vb, width, out_ids, out_values);                      \
+  }                                                                                         \
+  template void AddWidenedInto<T>(std::span<AccumOf<T>>, std::span<const T>);              \
+  template void NarrowInto<T>(std::span<T>, std::span<const AccumOf<T>>);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_REDUCE_KERNELS)
+#undef ZEN_REDUCE_KERNELS
 
 SparseTensor MergeSum(const SparseTensor& a, const SparseTensor& b) {
   CheckSameShape(a, b);
@@ -105,15 +131,22 @@ SparseTensor SumAll(std::span<const SparseTensor> parts) {
   return WithValueType(parts[0].dtype(), [&]<typename T>() {
     const size_t w = static_cast<size_t>(parts[0].width());
     std::vector<int64_t> ids = UnionIds(parts);
-    std::vector<T> values(ids.size() * w, T{0});
+    std::vector<AccumOf<T>> sums(ids.size() * w, AccumOf<T>{0});
     for (const auto& p : parts) {
       auto pid = p.ids();
       size_t u = 0;
       for (size_t i = 0; i < pid.size(); ++i) {
         u = static_cast<size_t>(std::lower_bound(ids.begin() + u, ids.end(), pid[i]) -
                                 ids.begin());
-        AddInto(std::span<T>(values).subspan(u * w, w), p.row<T>(i));
+        AddWidenedInto<T>(std::span<AccumOf<T>>(sums).subspan(u * w, w), p.row<T>(i));
       }
+    }
+    std::vector<T> values;
+    if constexpr (std::is_same_v<AccumOf<T>, T>) {
+      values = std::move(sums);
+    } else {
+      values.resize(sums.size());
+      NarrowInto<T>(values, sums);
     }
     return SparseTensor::FromSorted(parts[0].rows(), parts[0].width(), std::move(ids),
                                     std::move(values), parts[0].name());

@@ -205,7 +205,7 @@ SparseTensor SparseTensor::Coalesced(int64_t rows, int64_t width, std::span<cons
                               order[k - 1], " and ", src);
       }
       T* dst = out_values.data() + (out_ids.size() - 1) * w;
-      for (size_t j = 0; j < w; ++j) dst[j] += row[j];
+      for (size_t j = 0; j < w; ++j) dst[j] = Add(dst[j], row[j]);
       continue;
     }
     out_ids.push_back(ids[src]);
@@ -276,7 +276,7 @@ void SparseTensor::ToDense(std::span<T> out) const {
 }
 
 // The value types a tensor holds (dtype.h).
-#define ZEN_SPARSE_TENSOR_VALUE_TYPE(T)                                                           \
+#define ZEN_SPARSE_TENSOR_VALUE_TYPE(T, ...)                                                         \
   template SparseTensor SparseTensor::FromCoo<T>(int64_t, int64_t, std::vector<int64_t>,         \
                                                  std::vector<T>, Duplicates, std::string);       \
   template SparseTensor SparseTensor::FromSorted<T>(int64_t, int64_t, std::vector<int64_t>,      \
@@ -291,8 +291,7 @@ void SparseTensor::ToDense(std::span<T> out) const {
                                                    std::string);                                 \
   template std::vector<T> SparseTensor::ToDense<T>() const;                                       \
   template void SparseTensor::ToDense<T>(std::span<T>) const;
-ZEN_SPARSE_TENSOR_VALUE_TYPE(float)
-ZEN_SPARSE_TENSOR_VALUE_TYPE(double)
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_SPARSE_TENSOR_VALUE_TYPE)
 #undef ZEN_SPARSE_TENSOR_VALUE_TYPE
 
 }  // namespace zen

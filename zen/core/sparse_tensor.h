@@ -3,11 +3,11 @@
 //
 // A SparseTensor stands for a dense [rows x width] matrix of which only the
 // rows listed in `ids` may be non-zero. ids are sorted, unique int64 in
-// [0, rows); values hold nnz x width values of the tensor's dtype (float32
-// or float64, zen/core/dtype.h), row-major, row i of `values` belonging to
-// ids[i]. The factories take typed vectors or spans (float: float32; double:
-// float64); values<T>() reads them as T, which must be the tensor's value
-// type; value_bytes() is what moves. width 1 is an element-sparse tensor (top-k gradients);
+// [0, rows); values hold nnz x width values of the tensor's dtype (any of
+// zen/core/dtype.h's ZEN_FOR_EACH_VALUE_TYPE), row-major, row i of `values` belonging to
+// ids[i]. The factories take typed vectors or spans of any value type
+// (float: float32; double: float64; Bfloat16, Float16: the 16-bit dtypes);
+// values<T>() reads them as T, which must be the tensor's value type; value_bytes() is what moves. width 1 is an element-sparse tensor (top-k gradients);
 // width > 1 is an embedding gradient. Sizes are int64/size_t throughout:
 // rows above 2^31 and value arrays above 2 GiB work.
 //
@@ -55,8 +55,8 @@ class SparseTensor {
   // From COO input in any order. Validates the shape (rows, width >= 1,
   // rows x width fits int64), every id against [0, rows) and values.size()
   // == ids.size() * width (checked); sorts; handles duplicates as told.
-  // T is float or double (every factory); the float overloads take braced
-  // lists.
+  // T is any value type (every factory); the float overloads take braced
+  // lists. Duplicates summed: Add, rounded once per pair for 16-bit types.
   template <typename T>
   static SparseTensor FromCoo(int64_t rows, int64_t width, std::vector<int64_t> ids,
                               std::vector<T> values, Duplicates duplicates = Duplicates::kReject,
@@ -148,7 +148,7 @@ class SparseTensor {
     return view_ ? view_ids_ : std::span<const int64_t>(ids_);
   }
   // The values as T, which must be the dtype's value type (float for
-  // float32, double for float64): another T is InvalidArgument naming the
+  // float32, double for float64, Bfloat16, Float16): another T is InvalidArgument naming the
   // tensor and both dtypes (a caller's bug, checked once per call).
   template <typename T = float>
   std::span<const T> values() const {
@@ -161,8 +161,9 @@ class SparseTensor {
   // The values as bytes (nnz x row_bytes()): what moves.
   std::span<const std::byte> value_bytes() const {
     if (view_) return view_values_;
-    return dtype_ == DType::kFloat64 ? std::as_bytes(std::span<const double>(values64_))
-                                     : std::as_bytes(std::span<const float>(values_));
+    return WithValueType(dtype_, [&]<typename T>() {
+      return std::as_bytes(std::span<const T>(Store<T>()));
+    });
   }
   // A view first copies its rows into its own storage (see View).
   template <typename T = float>
@@ -229,26 +230,23 @@ class SparseTensor {
     if (want != dtype_) ThrowValueType(want);
   }
   [[noreturn]] void ThrowValueType(DType want) const;
-  // The owned values of value type T (one vector per dtype, so that a
+  // The owned values of value type T (one vector per value type, so that a
   // scheme's result vector moves in and out without a copy).
   template <typename T>
   std::vector<T>& Store() {
-    if constexpr (std::is_same_v<T, double>) {
-      return values64_;
-    } else {
-      return values_;
-    }
+    return values_.Of<T>();
   }
   template <typename T>
   const std::vector<T>& Store() const {
-    return const_cast<SparseTensor*>(this)->Store<T>();
+    return values_.Of<T>();
   }
+  template <typename T>
+  using Values = std::vector<T>;
   int64_t rows_ = 0;
   int64_t width_ = 0;
   DType dtype_ = DType::kFloat32;
   std::vector<int64_t> ids_;  // owned rows (empty for a view)
-  std::vector<float> values_;     // float32 values (owned)
-  std::vector<double> values64_;  // float64 values (owned)
+  PerValueType<Values> values_;  // owned values: the vector of the dtype's value type
   bool view_ = false;  // View: the rows are the caller's memory below
   std::span<const int64_t> view_ids_;
   std::span<const std::byte> view_values_;

@@ -21,28 +21,26 @@ uint64_t Mix(uint64_t h, std::string_view s) { return Fnv1a("\xff", Fnv1a(s, h))
 // The per-call options of a batch tensor (its sum order viewed, not copied).
 SyncOptions CallOptions(const BatchTensor& t) { return SyncOptions{t.values, t.sum_order}; }
 
-// The capabilities a tensor's options need (SyncOptions).
-SyncCapabilities Needs(const BatchTensor& t) {
-  const bool f64 = t.value_type() == DType::kFloat64;
-  return {.narrow_values = t.values != WireValues::kFloat32,
-          .sum_order = !t.sum_order.empty() && !f64,
-          .float64 = f64,
-          .float64_sum_order = !t.sum_order.empty() && f64};
+// What a tensor's dtype and options need of a scheme (SyncCapabilities).
+struct Need {
+  DType dtype = DType::kFloat32;
+  bool narrow_values = false;
+  bool sum_order = false;
+  bool trivial() const { return dtype == DType::kFloat32 && !narrow_values && !sum_order; }
+};
+
+Need Needs(const BatchTensor& t) {
+  return {t.value_type(), t.values != WireValues::kFloat32, !t.sum_order.empty()};
 }
 
-bool Covers(const SyncCapabilities& have, const SyncCapabilities& need) {
-  return (have.narrow_values || !need.narrow_values) && (have.sum_order || !need.sum_order) &&
-         (have.float64 || !need.float64) && (have.float64_sum_order || !need.float64_sum_order);
+bool Covers(const SyncCapabilities& have, const Need& need) {
+  return (have.narrow_values || !need.narrow_values) && have.Sums(need.dtype) &&
+         (!need.sum_order || have.Orders(need.dtype));
 }
-
-constexpr SyncCapabilities kNarrowValues{.narrow_values = true};
-constexpr SyncCapabilities kSumOrder{.sum_order = true};
-constexpr SyncCapabilities kFloat64{.float64 = true};
-constexpr SyncCapabilities kFloat64SumOrder{.float64 = true, .float64_sum_order = true};
 
 // The registry's schemes that declare every capability in `need`, as
 // "a or b", or "none".
-std::string Declaring(const SchemeRegistry& registry, const SyncCapabilities& need) {
+std::string Declaring(const SchemeRegistry& registry, const Need& need) {
   std::string out;
   for (const SchemeInfo& info : registry.schemes()) {
     if (!Covers(info.capabilities, need)) continue;
@@ -58,8 +56,8 @@ std::string Declaring(const SchemeRegistry& registry, const SyncCapabilities& ne
 const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback,
                             const SchemeRegistry& registry) {
   const std::string& id = t.scheme.empty() ? fallback : t.scheme;
-  const SyncCapabilities need = Needs(t);
-  if (id != "auto" || need == SyncCapabilities{}) return id;
+  const Need need = Needs(t);
+  if (id != "auto" || need.trivial()) return id;
   const SchemeInfo* info = registry.Find(id);
   if (info != nullptr && Covers(info->capabilities, need)) return id;
   for (const SchemeInfo& s : registry.schemes()) {
@@ -134,30 +132,33 @@ std::string LocalError(const BatchTensor& t, const std::string& scheme,
   if (!registry.Find(scheme)) return "unknown scheme '" + scheme + "'";
   // The per-call options against what the scheme's entry declares.
   const SyncCapabilities& has = registry.Find(scheme)->capabilities;
-  const bool f64 = t.value_type() == DType::kFloat64;
-  if (f64 && !has.float64) {
-    return detail::Concat("float64 values need scheme ", Declaring(registry, kFloat64), ", not '",
-                          scheme, "' (it does not declare the capability float64)");
+  const DType dtype = t.value_type();
+  const bool f32 = dtype == DType::kFloat32;
+  if (!f32 && t.values != WireValues::kFloat32) {
+    return detail::Concat(WireValuesName(t.values), " values on the wire are for float32 values, not ",
+                          DTypeName(dtype));
   }
-  if (f64 && t.values != WireValues::kFloat32) {
-    return detail::Concat(WireValuesName(t.values),
-                          " values on the wire are for float32 values, not float64");
+  if (!has.Sums(dtype)) {
+    return detail::Concat(DTypeName(dtype), " values need scheme ",
+                          Declaring(registry, Need{.dtype = dtype}), ", not '", scheme,
+                          "' (it does not declare the dtype ", DTypeName(dtype), ")");
   }
   if (t.values != WireValues::kFloat32 && !has.narrow_values) {
     return detail::Concat(WireValuesName(t.values), " values on the wire need scheme ",
-                          Declaring(registry, kNarrowValues), ", not '", scheme,
+                          Declaring(registry, Need{.narrow_values = true}), ", not '", scheme,
                           "' (it does not declare the capability narrow_values)");
   }
   if (!t.sum_order.empty()) {
-    const bool ordered = f64 ? has.float64_sum_order : has.sum_order;
+    const bool ordered = has.Orders(dtype);
     if (!ordered || t.kind != BatchTensor::Kind::kDense) {
       return detail::Concat("a sum order needs a dense tensor and scheme ",
-                            Declaring(registry, f64 ? kFloat64SumOrder : kSumOrder), ", not ",
+                            Declaring(registry, Need{.dtype = dtype, .sum_order = true}), ", not ",
                             t.kind == BatchTensor::Kind::kDense ? "" : "a sparse tensor with ",
                             "'", scheme, "'",
                             ordered ? ""
-                            : f64   ? " (it does not declare the capability float64_sum_order)"
-                                    : " (it does not declare the capability sum_order)");
+                            : f32   ? " (it does not declare the capability sum_order)"
+                                    : detail::Concat(" (it does not declare a sum order on ",
+                                                     DTypeName(dtype), ")"));
     }
     const std::string order = SumOrderError(t.sum_order, world);
     if (!order.empty()) return order;
@@ -233,7 +234,7 @@ std::vector<std::vector<size_t>> CoalescedGroups(std::span<const BatchTensor> te
     const BatchTensor& t = tensors[i];
     const bool dense = t.kind == BatchTensor::Kind::kDense;
     if (dense && !t.sum_order.empty()) continue;  // its own order of additions
-    if (t.value_type() != DType::kFloat32) continue;  // float64 moves alone
+    if (t.value_type() != DType::kFloat32) continue;  // other dtypes move alone
     const int64_t max_tensor = dense ? kCoalesceDenseTensorElements : kCoalesceTensorElements;
     const int64_t max_group = dense ? kCoalesceDenseGroupElements : kCoalesceGroupElements;
     int64_t own = 0;

@@ -81,8 +81,10 @@ struct BatchTensor {
   std::string name;  // the tensor's identity; the same on every rank
   int64_t rows = 0;
   int64_t width = 0;
-  // kDense: [rows x width] of float32 or float64, summed in place in its
-  // own precision (float64 needs a scheme that declares it).
+  // kDense: [rows x width] of any dtype (dtype.h), summed in place: float32
+  // and float64 in their own precision, bfloat16 and float16 in float,
+  // rounded where the scheme stores (a dtype other than float32 needs a
+  // scheme that declares it: SyncCapabilities::dtypes; "auto" picks one).
   DenseValues dense;
   const SparseTensor* sparse = nullptr;  // kSparse: this rank's input
   SparseTensor* sparse_out = nullptr;    // kSparse: receives the sum
@@ -94,8 +96,8 @@ struct BatchTensor {
   double divisor = 1.0;
   std::string scheme;                    // empty: the context's scheme
   // The caller's dtype before any conversion to float32 (e.g. "bfloat16"):
-  // only compared across ranks; empty means the values' own dtype
-  // (float32 or float64, which are summed as they are).
+  // only compared across ranks; empty means the values' own dtype (which
+  // is summed as it is).
   std::string dtype;
   // Values on the wire: float32, or bfloat16/float16 (half the value bytes;
   // sums stay float32): SyncOptions::values. Half widths need a scheme

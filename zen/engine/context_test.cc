@@ -888,6 +888,63 @@ TEST_P(ContextTest, Float64TensorsAreSummedInFloat64) {
       kTimeout);
 }
 
+// bfloat16 and float16 tensors of a batch (dense, sparse, sparse into a
+// dense buffer) are summed in float where the scheme declares them (auto:
+// an entry that does) and rounded to 16 bits: 1 + 2^-8 + 2^-8 is 1 + 2^-7
+// rounded once (1 when rounded after each addition, on the ring and
+// sparcml; both are within the dtype's rounding). zen refuses them on every
+// rank, naming the dtype; wire values on a 16-bit tensor are refused too.
+TEST_P(ContextTest, SixteenBitTensorsAreSummedAtTheirOwnWidth) {
+  int refused = 0;
+  testing::RunRanks(
+      Backend::kInProc, kWorld,
+      [&](Communicator& comm) {
+        const int r = comm.rank();
+        Context ctx(comm, Opt(GetParam()));
+        // Row 0: 1, 2^-8, 2^-8 over the ranks; row 1: 2 on rank 0 only.
+        const std::vector<float> mine = {r == 0 ? 1.0f : 0x1p-8f, 3.0f, r == 0 ? 2.0f : 0.0f, 0.5f};
+        std::vector<Bfloat16> dense;
+        std::vector<Float16> values;
+        for (float v : mine) dense.push_back(Narrow<Bfloat16>(v));
+        for (float v : mine) values.push_back(Narrow<Float16>(v));
+        const SparseTensor sparse = SparseTensor::FromSorted(2, 2, {0, 1}, values, "s");
+        SparseTensor sum;
+        std::vector<Float16> into(4, Narrow<Float16>(7.0f));
+        std::vector<BatchTensor> batch = {
+            BatchTensor::Dense("d", std::span<Bfloat16>(dense), 2, 2),
+            BatchTensor::Sparse("s", sparse, &sum),
+            BatchTensor::SparseInto("i", sparse, std::span<Float16>(into), 2.0)};
+        if (GetParam() == std::string("zen")) {
+          try {
+            ctx.Sync("bucket", batch);
+          } catch (const InvalidArgument& e) {
+            std::lock_guard lock(mu_);
+            ++refused;
+            EXPECT_NE(std::string(e.what()).find("bfloat16"), std::string::npos) << e.what();
+          }
+          return;
+        }
+        ctx.Sync("bucket", batch);
+        std::vector<BatchTensor> wire = {BatchTensor::Dense("w", std::span<Bfloat16>(dense), 2, 2)};
+        wire[0].values = WireValues::kFloat16;
+        EXPECT_THROW(ctx.Sync("wire", wire), InvalidArgument);
+        const std::vector<float> want = {1.0f + 0x1p-7f, 9.0f, 2.0f, 1.5f};
+        std::lock_guard lock(mu_);
+        for (size_t i = 0; i < want.size(); ++i) {
+          // Exact but for row 0, column 0: 1 + 2^-7 or, rounded per hop, 1.
+          const float tol = i == 0 ? 0x1p-7f : 0.0f;
+          EXPECT_NEAR(Widen(dense[i]), want[i], tol) << "rank " << r << " " << i;
+          EXPECT_NEAR(Widen(sum.values<Float16>()[i]), want[i], tol) << "rank " << r << " " << i;
+          EXPECT_NEAR(Widen(into[i]), want[i] / 2, tol / 2) << "rank " << r << " " << i;
+        }
+        EXPECT_EQ(sum.dtype(), DType::kFloat16);
+      },
+      kTimeout);
+  if (GetParam() == std::string("zen")) {
+    EXPECT_EQ(refused, kWorld);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Schemes, ContextTest,
                          ::testing::Values("zen", "agsparse", "sparcml", "dense", "omnireduce", "auto"),
                          [](const auto& info) { return info.param; });

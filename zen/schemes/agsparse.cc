@@ -12,9 +12,9 @@
 namespace zen {
 namespace {
 
-// float64 summed in float64 (the merge is one kernel per value type).
-constexpr SyncCapabilities kAgSparseCapabilities{.narrow_values = false, .sum_order = false,
-                                                 .float64 = true};
+// Every dtype (the merge is one kernel per value type): float64 summed in
+// float64; the 16-bit dtypes in float, rounded once per value.
+constexpr SyncCapabilities kAgSparseCapabilities{.dtypes = DTypeSet::All()};
 
 class AgSparse final : public Scheme {
  public:
@@ -70,19 +70,16 @@ class AgSparse final : public Scheme {
 
   template <typename T>
   std::vector<RowsOf<T>>& Parts() {
-    if constexpr (std::is_same_v<T, double>) {
-      return parts64_;
-    } else {
-      return parts_;
-    }
+    return parts_.Of<T>();
   }
+  template <typename T>
+  using PartList = std::vector<RowsOf<T>>;
 
   // Kept across calls (capacity reused).
   ByteBuffer send_;
   std::vector<ByteBuffer> recv_;
   RequestList requests_;
-  std::vector<RowsView> parts_;
-  std::vector<RowsOf<double>> parts64_;
+  PerValueType<PartList> parts_;
   MergeScratch merge_;
 };
 

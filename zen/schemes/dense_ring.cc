@@ -50,10 +50,14 @@ void RingAllReduce(Communicator& comm, std::span<T> data, Combine combine) {
   }
 }
 
-// float64 summed in float64 (one ring kernel per value type), also in a
-// given sum order (the ordered ring; float32 sums in an order are zen's).
+// Every dtype (one ring kernel per value type): float64 summed in float64;
+// the 16-bit dtypes in float, rounded at each reduce-scatter step (the
+// partial sum crosses the wire at its own width, as in Gloo's and NCCL's
+// rings). Also in a given sum order, for every dtype but float32 (float32
+// sums in an order are zen's).
 constexpr SyncCapabilities kDenseRingCapabilities{
-    .narrow_values = false, .sum_order = false, .float64 = true, .float64_sum_order = true};
+    .dtypes = DTypeSet::All(),
+    .sum_order_dtypes = {DType::kFloat64, DType::kBfloat16, DType::kFloat16}};
 
 // The element ranges [begin, end) of `order`'s steps (SumStep) over a
 // buffer of `total` elements, grouped by the rank each step starts at.
@@ -113,7 +117,7 @@ void OrderedRingAllReduce(Communicator& comm, std::span<T> data, std::span<const
     exchange(r + k, r + 1 + k);
     size_t at = 0;  // the sum so far, plus this rank's value
     for (const auto& [b, e] : group(r + 1 + k)) {
-      for (size_t i = b; i < e; ++i) data[i] = in[at++] + data[i];
+      for (size_t i = b; i < e; ++i) data[i] = Add(in[at++], data[i]);
     }
   }
   for (int k = 0; k < n - 1; ++k) {
@@ -155,7 +159,7 @@ class DenseRing final : public Scheme {
     }
     WithValueType(buffer.dtype, [&]<typename T>() {
       if (options.sum_order.empty()) {
-        RingAllReduce(comm, buffer.as<T>(), [](T& a, T b) { a += b; });
+        RingAllReduce(comm, buffer.as<T>(), [](T& a, T b) { a = Add(a, b); });
       } else {
         OrderedRingAllReduce(comm, buffer.as<T>(), options.sum_order);
       }
@@ -176,7 +180,7 @@ class DenseRing final : public Scheme {
     std::vector<T> dense;
     ResizeOrThrow(dense, elements, where, "dense: the densified tensor");
     local.ToDense<T>(std::span<T>(dense));
-    RingAllReduce(comm, std::span<T>(dense), [](T& a, T b) { a += b; });
+    RingAllReduce(comm, std::span<T>(dense), [](T& a, T b) { a = Add(a, b); });
     // Row presence travels as a bitmap, OR-reduced, so rows that sum to zero
     // are still reported (1 bit per row on top of the values).
     std::vector<uint64_t> present;

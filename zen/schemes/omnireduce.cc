@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "zen/comm/collectives.h"
 #include "zen/comm/peer_pattern.h"
@@ -163,22 +164,23 @@ std::vector<Record> Parse(std::span<const std::byte> bytes, const Geometry& g, i
 }
 
 // Sums records of the same block (in source order) into one record each.
-// T: the value type (float, double).
+// T: the value type (dtype.h); summed in AccumOf<T>, rounded once per value.
 template <typename T>
 ByteBuffer Aggregate(const Geometry& g, std::vector<std::pair<int, Record>> parts) {
   std::stable_sort(parts.begin(), parts.end(),
                    [](const auto& a, const auto& b) { return a.second.block < b.second.block; });
   ByteBuffer out;
-  std::vector<T> sum, add;
+  std::vector<AccumOf<T>> sum;
+  std::vector<T> add;
   for (size_t i = 0; i < parts.size();) {
     const int64_t b = parts[i].second.block;
     const size_t len = static_cast<size_t>(g.hi(b) - g.lo(b)), mb = g.mask_bytes(b);
-    sum.assign(len, T{0});
+    sum.assign(len, AccumOf<T>{0});
     add.resize(len);
     std::vector<std::byte> mask(mb, std::byte{0});
     for (; i < parts.size() && parts[i].second.block == b; ++i) {
       std::memcpy(add.data(), parts[i].second.values, len * sizeof(T));
-      AddInto(std::span<T>(sum), std::span<const T>(add));
+      AddWidenedInto<T>(sum, add);
       for (size_t m = 0; m < mb; ++m) mask[m] |= parts[i].second.mask[m];
     }
     const size_t start = out.size();
@@ -186,7 +188,12 @@ ByteBuffer Aggregate(const Geometry& g, std::vector<std::pair<int, Record>> part
     const uint64_t index = static_cast<uint64_t>(b);
     std::memcpy(out.data() + start, &index, sizeof(index));
     std::memcpy(out.data() + start + sizeof(index), mask.data(), mb);
-    std::memcpy(out.data() + start + sizeof(index) + mb, sum.data(), len * sizeof(T));
+    if constexpr (!std::is_same_v<AccumOf<T>, T>) {
+      NarrowInto<T>(add, sum);  // `add` now holds the rounded sums
+      std::memcpy(out.data() + start + sizeof(index) + mb, add.data(), len * sizeof(T));
+    } else {
+      std::memcpy(out.data() + start + sizeof(index) + mb, sum.data(), len * sizeof(T));
+    }
   }
   return out;
 }
@@ -214,9 +221,10 @@ void DecodeInto(const Geometry& g, const std::vector<Record>& records, std::vect
   }
 }
 
-// float64 summed in float64 (a block's sum is one kernel per value type).
-constexpr SyncCapabilities kOmniReduceCapabilities{.narrow_values = false, .sum_order = false,
-                                                   .float64 = true};
+// Every dtype (a block's sum is one kernel per value type): float64 summed
+// in float64; the 16-bit dtypes in float by the block's owner, rounded once
+// per value.
+constexpr SyncCapabilities kOmniReduceCapabilities{.dtypes = DTypeSet::All()};
 
 class OmniReduce final : public Scheme {
  public:

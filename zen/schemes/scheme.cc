@@ -48,9 +48,7 @@ std::string SumOrderName(std::span<const SumStep> order) {
 
 std::string MissingCapability(const SyncCapabilities& capabilities, const SyncOptions& options,
                               bool dense, DType dtype) {
-  if (dtype == DType::kFloat64 && !capabilities.float64) return "float64 values";
-  const bool ordered = dtype == DType::kFloat64 ? capabilities.float64_sum_order
-                                                : capabilities.sum_order;
+  const bool ordered = capabilities.Orders(dtype);
   if (options.values != WireValues::kFloat32 &&
       (!capabilities.narrow_values || dtype != DType::kFloat32)) {
     return detail::Concat(WireValuesName(options.values), " values on the wire",
@@ -58,8 +56,10 @@ std::string MissingCapability(const SyncCapabilities& capabilities, const SyncOp
                           dtype != DType::kFloat32 ? DTypeName(dtype) : "",
                           dtype != DType::kFloat32 ? " values (float32 only)" : "");
   }
+  if (!capabilities.Sums(dtype)) return detail::Concat(DTypeName(dtype), " values");
   if (!options.sum_order.empty() && (!ordered || !dense)) {
-    return dtype == DType::kFloat64 ? "a sum order on float64 values" : "a sum order";
+    return dtype == DType::kFloat32 ? std::string("a sum order")
+                                    : detail::Concat("a sum order on ", DTypeName(dtype), " values");
   }
   return {};
 }
@@ -276,7 +276,7 @@ std::string CallError(const Scheme& scheme, const SyncOptions& options, bool den
   const std::string missing = MissingCapability(scheme.capabilities(), options, dense, dtype);
   if (!missing.empty()) {
     return detail::Concat("scheme '", scheme.name(), "' does not take ", missing,
-                          !dense && !options.sum_order.empty() && scheme.capabilities().sum_order
+                          !dense && !options.sum_order.empty() && scheme.capabilities().Orders(dtype)
                               ? " on a sparse call (dense calls only)"
                               : " (not among its declared capabilities)");
   }
@@ -363,7 +363,8 @@ std::string SyncIntoError(const SparseTensor& local, DenseValues out, double div
 
 void WriteInto(const SparseTensor& sum, DenseValues out, double divisor) {
   WithValueType(sum.dtype(), [&]<typename T>() {
-    WriteRowsInto(sum.ids(), sum.values<T>(), sum.width(), 0, out.as<T>(), static_cast<T>(divisor));
+    WriteRowsInto(sum.ids(), sum.values<T>(), sum.width(), 0, out.as<T>(),
+                  static_cast<AccumOf<T>>(divisor));
   });
 }
 
@@ -371,30 +372,29 @@ namespace {
 
 template <typename T>
 void WriteRowsIntoT(std::span<const int64_t> ids, std::span<const T> values, int64_t width,
-                    int64_t first_id, std::span<T> out, T divisor) {
+                    int64_t first_id, std::span<T> out, AccumOf<T> divisor) {
   std::fill(out.begin(), out.end(), T{0});
   const size_t w = static_cast<size_t>(width);
   const T* v = values.data();
   for (size_t i = 0; i < ids.size(); ++i, v += w) {
     T* dst = out.data() + static_cast<size_t>(ids[i] - first_id) * w;
-    if (divisor == T{1}) {
+    if (divisor == AccumOf<T>{1}) {
       std::copy_n(v, w, dst);
     } else {
-      for (size_t k = 0; k < w; ++k) dst[k] = v[k] / divisor;
+      for (size_t k = 0; k < w; ++k) dst[k] = Narrow<T>(Widen(v[k]) / divisor);
     }
   }
 }
 
 }  // namespace
 
-void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
-                   int64_t first_id, std::span<float> out, float divisor) {
-  WriteRowsIntoT(ids, values, width, first_id, out, divisor);
-}
-void WriteRowsInto(std::span<const int64_t> ids, std::span<const double> values, int64_t width,
-                   int64_t first_id, std::span<double> out, double divisor) {
-  WriteRowsIntoT(ids, values, width, first_id, out, divisor);
-}
+#define ZEN_WRITE_ROWS_INTO(T, ...)                                                          \
+  void WriteRowsInto(std::span<const int64_t> ids, std::span<const T> values, int64_t width, \
+                     int64_t first_id, std::span<T> out, AccumOf<T> divisor) {               \
+    WriteRowsIntoT(ids, values, width, first_id, out, divisor);                              \
+  }
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_WRITE_ROWS_INTO)
+#undef ZEN_WRITE_ROWS_INTO
 
 void Scheme::SyncDenseValues(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
                              std::string_view tensor, const SyncOptions& options) {

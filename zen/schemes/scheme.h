@@ -38,7 +38,8 @@ struct SparsityProfile {
   int world_size = 1;
   int64_t rows = 0;
   int64_t width = 1;
-  size_t value_bytes = sizeof(float);
+  size_t value_bytes = sizeof(float);  // DTypeSize(dtype)
+  DType dtype = DType::kFloat32;        // the values' dtype
   size_t index_bytes = sizeof(int64_t);
   double density = 0;         // mean per-rank fraction of present rows
   std::vector<double> gamma;  // gamma[k-1] = union density of k ranks / density; gamma[0] = 1
@@ -88,11 +89,30 @@ using SumStep = std::pair<int64_t, int>;
 // (SchemeInfo::capabilities, which the engine reads before building it) and
 // by the built object (Scheme::capabilities(), which Sync checks); the two
 // are one constant of the scheme's file (registry_test compares them).
+//
+// dtypes: the dtypes the scheme sums (float32 always). Each sums in its own
+// precision (float64 in float64); bfloat16 and float16 travel at their own
+// width and are summed in float, rounded to 16 bits where the scheme stores
+// a result: once per value where all terms meet in one place (agsparse,
+// sparse_ps, omnireduce), at every hop where partial sums cross the wire
+// (the ring, sparcml's recursive steps), as NCCL and Gloo do.
+// sum_order_dtypes: the dtypes other than float32 on which SyncDense takes
+// a sum order (`sum_order` is float32's).
 struct SyncCapabilities {
-  bool narrow_values = false;  // SyncOptions::values other than float32
-  bool sum_order = false;      // SyncOptions::sum_order, on SyncDense
-  bool float64 = false;        // float64 tensors, summed in float64
-  bool float64_sum_order = false;  // SyncOptions::sum_order on SyncDense of float64
+  bool narrow_values = false;  // SyncOptions::values other than float32 (float32 tensors)
+  bool sum_order = false;      // SyncOptions::sum_order, on SyncDense of float32
+  // Until the zen scheme's own declaration moves to `dtypes` (zen.h spells
+  // `.float64`): true adds float64 to `dtypes`. Other schemes leave it.
+  bool float64 = false;
+  DTypeSet dtypes{DType::kFloat32};
+  DTypeSet sum_order_dtypes{};
+  // Whether a tensor of dtype d is summed / takes a sum order.
+  constexpr bool Sums(DType d) const {
+    return d == DType::kFloat32 || dtypes.Has(d) || (float64 && d == DType::kFloat64);
+  }
+  constexpr bool Orders(DType d) const {
+    return d == DType::kFloat32 ? sum_order : sum_order_dtypes.Has(d);
+  }
   friend bool operator==(const SyncCapabilities&, const SyncCapabilities&) = default;
 };
 
@@ -121,7 +141,7 @@ std::string SumOrderError(std::span<const SumStep> order, int world);
 std::string SumOrderName(std::span<const SumStep> order);
 // What `options` on values of `dtype` ask that `capabilities` lack, named
 // for an error ("bfloat16 values on the wire", "a sum order", "float64
-// values"), or empty. `dense`: a SyncDense call (a sum order is for dense
+// values", "bfloat16 values"), or empty. `dense`: a SyncDense call (a sum order is for dense
 // calls only: asked of a sparse call it is named too). Half-width wire
 // values are for float32 values only (a float64 tensor asking them is named
 // too).
@@ -135,21 +155,21 @@ struct DenseValues {
   DType dtype = DType::kFloat32;
   std::span<std::byte> bytes;
   DenseValues() = default;
-  DenseValues(std::span<float> v)  // NOLINT(google-explicit-constructor): a float32 buffer
-      : dtype(DType::kFloat32), bytes(std::as_writable_bytes(v)) {}
-  DenseValues(std::span<double> v)  // NOLINT(google-explicit-constructor): a float64 buffer
-      : dtype(DType::kFloat64), bytes(std::as_writable_bytes(v)) {}
-  // From anything that is a span of floats or doubles (a vector).
+  // A buffer of any value type (dtype.h): float32, float64, bfloat16, ...
+  template <typename T>
+    requires IsValueType<T>
+  DenseValues(std::span<T> v)  // NOLINT(google-explicit-constructor): a typed buffer
+      : dtype(DTypeOf<T>), bytes(std::as_writable_bytes(v)) {}
+  // From anything that converts to a span of one value type (a vector).
   template <typename R>
-    requires(std::is_convertible_v<R &&, std::span<float>> &&
-             !std::is_same_v<std::remove_cvref_t<R>, std::span<float>>)
-  DenseValues(R&& r) : DenseValues(std::span<float>(r)) {}  // NOLINT
-  template <typename R>
-    requires(std::is_convertible_v<R &&, std::span<double>> &&
-             !std::is_same_v<std::remove_cvref_t<R>, std::span<double>>)
-  DenseValues(R&& r) : DenseValues(std::span<double>(r)) {}  // NOLINT
-  static DenseValues Of(std::span<float> v) { return DenseValues(v); }
-  static DenseValues Of(std::span<double> v) { return DenseValues(v); }
+    requires requires(R&& r) { std::span(r); } &&
+             IsValueType<typename decltype(std::span(std::declval<R&>()))::element_type> &&
+             (!std::is_same_v<std::remove_cvref_t<R>, decltype(std::span(std::declval<R&>()))>)
+  DenseValues(R&& r) : DenseValues(std::span(r)) {}  // NOLINT
+  template <typename T>
+  static DenseValues Of(std::span<T> v) {
+    return DenseValues(v);
+  }
   size_t size() const { return bytes.size() / DTypeSize(dtype); }
   // The values as T, the dtype's value type.
   template <typename T>
@@ -181,15 +201,16 @@ class Scheme {
   // Dense-buffer entry: buffer is [rows x width] row-major; rows that are
   // all zero are not sent; the global sum is written back into buffer.
   // `tensor` is the call's identity, as local.name() is for Sync.
-  // A float64 buffer is summed in float64 (capability float64).
-  void SyncDense(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                 std::string_view tensor = {}, const SyncOptions& options = {}) {
-    SyncDenseValues(comm, DenseValues::Of(buffer), rows, width, tensor, options);
+  // A float64 buffer is summed in float64, a bfloat16 or float16 one in
+  // float (SyncCapabilities::dtypes).
+  // One overload per value type (a vector converts).
+#define ZEN_SYNC_DENSE(T, ...)                                                                \
+  void SyncDense(Communicator& comm, std::span<T> buffer, int64_t rows, int64_t width,        \
+                 std::string_view tensor = {}, const SyncOptions& options = {}) {             \
+    SyncDenseValues(comm, DenseValues::Of(buffer), rows, width, tensor, options);             \
   }
-  void SyncDense(Communicator& comm, std::span<double> buffer, int64_t rows, int64_t width,
-                 std::string_view tensor = {}, const SyncOptions& options = {}) {
-    SyncDenseValues(comm, DenseValues::Of(buffer), rows, width, tensor, options);
-  }
+  ZEN_FOR_EACH_VALUE_TYPE(ZEN_SYNC_DENSE)
+#undef ZEN_SYNC_DENSE
 
   // Sparse in, dense out: writes the global sum of `local`, each value
   // divided by `divisor`, into `out` ([rows x width] row-major) and zeros
@@ -201,15 +222,15 @@ class Scheme {
   // memory; after an error its contents are unspecified. Errors as Sync;
   // an `out` of the wrong size or a divisor that is not finite and > 0 is
   // InvalidArgument, raised on every rank. `out` has local's dtype (float64:
-  // each value sum / divisor in double).
-  void SyncInto(Communicator& comm, const SparseTensor& local, std::span<float> out,
-                float divisor = 1.0f, const SyncOptions& options = {}) {
-    SyncIntoValues(comm, local, DenseValues::Of(out), divisor, options);
+  // each value sum / divisor in double; bfloat16, float16: in float, rounded
+  // once). One overload per value type.
+#define ZEN_SYNC_INTO(T, ...)                                                                 \
+  void SyncInto(Communicator& comm, const SparseTensor& local, std::span<T> out,              \
+                AccumOf<T> divisor = 1, const SyncOptions& options = {}) {                    \
+    SyncIntoValues(comm, local, DenseValues::Of(out), divisor, options);                      \
   }
-  void SyncInto(Communicator& comm, const SparseTensor& local, std::span<double> out,
-                double divisor = 1.0, const SyncOptions& options = {}) {
-    SyncIntoValues(comm, local, DenseValues::Of(out), divisor, options);
-  }
+  ZEN_FOR_EACH_VALUE_TYPE(ZEN_SYNC_INTO)
+#undef ZEN_SYNC_INTO
   // SyncDense and SyncInto on a buffer of any dtype (the engine's batches).
   void SyncDenseValues(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
                        std::string_view tensor, const SyncOptions& options);
@@ -251,8 +272,8 @@ class Scheme {
                               const SyncOptions& options) = 0;
   // Override when the scheme can consume a dense buffer directly (ZEN's
   // hierarchical-hash extraction). The default extracts non-zero rows,
-  // calls DoSync and scatters the result back. `buffer` is float32, or
-  // float64 where the scheme declares it.
+  // calls DoSync and scatters the result back. `buffer` has a dtype the
+  // scheme declares (SyncCapabilities::dtypes).
   virtual void DoSyncDense(Communicator& comm, DenseValues buffer, int64_t rows, int64_t width,
                            std::string_view tensor, const SyncOptions& options);
   // Override when the scheme can write its result straight into a dense
@@ -287,10 +308,13 @@ std::string SyncIntoError(const SparseTensor& local, DenseValues out, double div
 void WriteInto(const SparseTensor& sum, DenseValues out, double divisor);
 // The same for rows given apart: ids (ascending) minus first_id index the
 // [rows x width] `out` (zeroed first); values holds ids.size() x width.
-void WriteRowsInto(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
-                   int64_t first_id, std::span<float> out, float divisor);
-void WriteRowsInto(std::span<const int64_t> ids, std::span<const double> values, int64_t width,
-                   int64_t first_id, std::span<double> out, double divisor);
+// Each value is divided in AccumOf<T> (float for the 16-bit types) and
+// rounded once.
+#define ZEN_WRITE_ROWS_INTO(T, ...)                                                          \
+  void WriteRowsInto(std::span<const int64_t> ids, std::span<const T> values, int64_t width, \
+                     int64_t first_id, std::span<T> out, AccumOf<T> divisor);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_WRITE_ROWS_INTO)
+#undef ZEN_WRITE_ROWS_INTO
 
 // The tag reserved for the metadata exchange (collectives use NextTag(),
 // which starts above it), so the exchange matches even when ranks have

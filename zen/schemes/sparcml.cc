@@ -25,7 +25,7 @@ size_t BitmapWords(int64_t rows) { return (static_cast<size_t>(rows) + 63) / 64;
 
 // The accumulated sum of a group of ranks, in either form. Kept by the
 // scheme across calls, so that its vectors keep their capacity.
-// T: the value type (float, double).
+// T: the value type (dtype.h).
 template <typename T>
 struct Stream {
   int64_t rows = 0;
@@ -171,9 +171,10 @@ std::span<std::byte> HeaderBytes(int64_t& v) {
   return std::as_writable_bytes(std::span<int64_t>(&v, 1));
 }
 
-// float64 summed in float64 (every kernel per value type).
-constexpr SyncCapabilities kSparcmlCapabilities{.narrow_values = false, .sum_order = false,
-                                                .float64 = true};
+// Every dtype, each kernel per value type: float64 summed in float64; the
+// 16-bit dtypes in float, rounded at each recursive step (a partial sum
+// crosses the wire at its own width).
+constexpr SyncCapabilities kSparcmlCapabilities{.dtypes = DTypeSet::All()};
 
 class Sparcml final : public Scheme {
  public:
@@ -197,11 +198,7 @@ class Sparcml final : public Scheme {
   };
   template <typename T>
   State<T>& StateOf() {
-    if constexpr (std::is_same_v<T, double>) {
-      return state64_;
-    } else {
-      return state32_;
-    }
+    return states_.Of<T>();
   }
 
   template <typename T>
@@ -346,8 +343,7 @@ class Sparcml final : public Scheme {
 
   // Kept across calls (capacity reused): steady-state calls allocate only
   // their result.
-  State<float> state32_;
-  State<double> state64_;
+  PerValueType<State> states_;
   ByteBuffer send_, recv_;
   std::vector<Tag> stage_tags_;
   RecursiveDoublingPlan plan_;

@@ -20,9 +20,9 @@ size_t LowerIndex(std::span<const int64_t> ids, int64_t value) {
   return static_cast<size_t>(std::lower_bound(ids.begin(), ids.end(), value) - ids.begin());
 }
 
-// float64 summed in float64 (SumAll is one kernel per value type).
-constexpr SyncCapabilities kSparsePsCapabilities{.narrow_values = false, .sum_order = false,
-                                                 .float64 = true};
+// Every dtype (SumAll is one kernel per value type): float64 summed in
+// float64; the 16-bit dtypes in float by the owner, rounded once per value.
+constexpr SyncCapabilities kSparsePsCapabilities{.dtypes = DTypeSet::All()};
 
 class SparsePs final : public Scheme {
  public:

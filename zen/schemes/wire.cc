@@ -71,13 +71,12 @@ SparseTensor DecodeCoo(std::span<const std::byte> bytes, int64_t rows, int64_t w
                                   std::string(where.tensor));
 }
 
-template SparseTensor DecodeCoo<float>(std::span<const std::byte>, int64_t, int64_t,
-                                       const Where&, int);
-template SparseTensor DecodeCoo<double>(std::span<const std::byte>, int64_t, int64_t,
-                                        const Where&, int);
-template CooViewOf<float> ViewCoo<float>(std::span<const std::byte>, int64_t, int64_t,
-                                         const Where&, int);
-template CooViewOf<double> ViewCoo<double>(std::span<const std::byte>, int64_t, int64_t,
-                                           const Where&, int);
+#define ZEN_WIRE_COO(T, ...)                                                                \
+  template SparseTensor DecodeCoo<T>(std::span<const std::byte>, int64_t, int64_t,          \
+                                     const Where&, int);                                    \
+  template CooViewOf<T> ViewCoo<T>(std::span<const std::byte>, int64_t, int64_t,            \
+                                   const Where&, int);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_WIRE_COO)
+#undef ZEN_WIRE_COO
 
 }  // namespace zen

@@ -71,14 +71,13 @@ void ResizeOrThrow(std::vector<T>& v, size_t n, const Where& where, std::string_
 // Appends the COO encoding to out (for messages with a header of their own);
 // values are moved as bytes.
 void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids, std::span<const std::byte> values);
-inline void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids,
-                      std::span<const float> values) {
-  AppendCoo(out, ids, std::as_bytes(values));
-}
-inline void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids,
-                      std::span<const double> values) {
-  AppendCoo(out, ids, std::as_bytes(values));
-}
+#define ZEN_APPEND_COO(T, ...)                                                     \
+  inline void AppendCoo(ByteBuffer& out, std::span<const int64_t> ids,             \
+                        std::span<const T> values) {                               \
+    AppendCoo(out, ids, std::as_bytes(values));                                    \
+  }
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_APPEND_COO)
+#undef ZEN_APPEND_COO
 
 template <typename T>
 ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const T> values) {
@@ -90,8 +89,8 @@ inline ByteBuffer EncodeCoo(std::span<const int64_t> ids, std::span<const float>
   return EncodeCoo<float>(ids, values);
 }
 
-// T: the values' type (float, double), which the receiver knows from the
-// agreed dtype.
+// T: the values' type (any of dtype.h's value types), which the receiver
+// knows from the agreed dtype.
 template <typename T = float>
 SparseTensor DecodeCoo(std::span<const std::byte> bytes, int64_t rows, int64_t width,
                        const Where& where, int sender);

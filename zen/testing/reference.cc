@@ -54,7 +54,7 @@ DenseReference::DenseReference(std::span<const SparseTensor> inputs) {
       auto vals = t.values<T>();
       for (size_t i = 0; i < ids.size(); ++i) {
         const size_t r = Slot(ids[i]);
-        for (size_t j = 0; j < w; ++j) sum_[r * w + j] += vals[i * w + j];
+        for (size_t j = 0; j < w; ++j) sum_[r * w + j] += static_cast<double>(Widen(vals[i * w + j]));
       }
     });
   }
@@ -80,10 +80,10 @@ Agreement DenseReference::Compare(const SparseTensor& got) const {
   std::vector<uint8_t> seen(ids_.size(), 0);
   double max_err = 0;
   auto ids = got.ids();
-  // Every value as double (float32 values widen exactly).
+  // Every value as double (float32 and 16-bit values widen exactly).
   std::vector<double> vals;
   WithValueType(got.dtype(), [&]<typename T>() {
-    vals.assign(got.values<T>().begin(), got.values<T>().end());
+    for (T v : got.values<T>()) vals.push_back(static_cast<double>(Widen(v)));
   });
   for (size_t i = 0; i < ids.size(); ++i) {
     const size_t r = Slot(ids[i]);
@@ -108,12 +108,12 @@ Agreement DenseReference::Compare(const SparseTensor& got) const {
   return out;
 }
 
-Agreement DenseReference::CompareDense(std::span<const float> got) const {
-  return CompareDenseValues(got);
-}
-Agreement DenseReference::CompareDense(std::span<const double> got) const {
-  return CompareDenseValues(got);
-}
+#define ZEN_COMPARE_DENSE(T, ...)                                               \
+  Agreement DenseReference::CompareDense(std::span<const T> got) const {        \
+    return CompareDenseValues(got);                                             \
+  }
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_COMPARE_DENSE)
+#undef ZEN_COMPARE_DENSE
 
 template <typename T>
 Agreement DenseReference::CompareDenseValues(std::span<const T> got) const {
@@ -131,8 +131,8 @@ Agreement DenseReference::CompareDenseValues(std::span<const T> got) const {
     const bool present = next < ids_.size() && static_cast<size_t>(ids_[next]) == r;
     bool nonzero = false;
     for (size_t j = 0; j < w; ++j) {
-      const T g = got[r * w + j];
-      nonzero |= g != T{0};
+      const double g = static_cast<double>(Widen(got[r * w + j]));
+      nonzero |= g != 0.0;
       max_err = std::max(max_err, ElementError(g, present ? sum_[next * w + j] : 0.0));
     }
     if (nonzero && !present) ++out.rows_mismatch;

@@ -3,7 +3,7 @@
 //
 // DenseReference is deliberately independent of the reduction kernels
 // (zen/core/reduce.h): it sums every input in double precision into the
-// sorted union of their rows, so a test that compares a scheme's result with
+// sorted union of their rows (16-bit values widened exactly), so a test that compares a scheme's result with
 // it does not share code with the scheme. Its memory is proportional to the
 // non-zeros, not to rows x width (rows 2^62 with a few ids are fine).
 //
@@ -37,8 +37,9 @@ class DenseReference {
   // For results written back into a dense buffer: rows_mismatch counts
   // present rows that are non-zero in neither (cannot tell cancellation), so
   // only value errors and rows that should be zero but are not are counted.
-  Agreement CompareDense(std::span<const float> got) const;
-  Agreement CompareDense(std::span<const double> got) const;
+#define ZEN_COMPARE_DENSE(T, ...) Agreement CompareDense(std::span<const T> got) const;
+  ZEN_FOR_EACH_VALUE_TYPE(ZEN_COMPARE_DENSE)
+#undef ZEN_COMPARE_DENSE
 
   int64_t rows() const { return rows_; }
   int64_t width() const { return width_; }
