@@ -101,14 +101,11 @@ using SumStep = std::pair<int64_t, int>;
 struct SyncCapabilities {
   bool narrow_values = false;  // SyncOptions::values other than float32 (float32 tensors)
   bool sum_order = false;      // SyncOptions::sum_order, on SyncDense of float32
-  // Until the zen scheme's own declaration moves to `dtypes` (zen.h spells
-  // `.float64`): true adds float64 to `dtypes`. Other schemes leave it.
-  bool float64 = false;
   DTypeSet dtypes{DType::kFloat32};
   DTypeSet sum_order_dtypes{};
   // Whether a tensor of dtype d is summed / takes a sum order.
   constexpr bool Sums(DType d) const {
-    return d == DType::kFloat32 || dtypes.Has(d) || (float64 && d == DType::kFloat64);
+    return d == DType::kFloat32 || dtypes.Has(d);
   }
   constexpr bool Orders(DType d) const {
     return d == DType::kFloat32 ? sum_order : sum_order_dtypes.Has(d);

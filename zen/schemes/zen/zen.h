@@ -448,7 +448,10 @@ const ZenStats* ZenLastStats(const Scheme& s);
 // value type), also in a sum order (AggregateInSumOrder, on either input
 // path).
 inline constexpr SyncCapabilities kZenCapabilities{
-    .narrow_values = true, .sum_order = true, .float64 = true, .float64_sum_order = true};
+    .narrow_values = true,
+    .sum_order = true,
+    .dtypes = DTypeSet{DType::kFloat32, DType::kFloat64},
+    .sum_order_dtypes = DTypeSet{DType::kFloat64}};
 
 SchemeInfo ZenInfo();
 // Its cost function (registry.h), defined in cost.cc; BuiltinSchemes attaches
