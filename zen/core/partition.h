@@ -280,8 +280,9 @@ class Partitioner {
 // Range and Hash owners the output is already in position order; for
 // Permuted owners each server's pairs are sorted by position (radix sort)
 // before ids, positions and values are written. One template per value
-// type: float32's loops are the ones of every type (CopyRow, the zero scan
-// of float_scan.h), chosen at compile time.
+// type, chosen at compile time: float32's instantiation runs float32's
+// loops (CopyRow's inline pieces, float_scan.h's SSE2 zero scan); the
+// others copy rows by memcpy and test them a row at a time.
 class CountingPartitioner final : public Partitioner {
  public:
   explicit CountingPartitioner(int threads = 1);
