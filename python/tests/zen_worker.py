@@ -1050,8 +1050,8 @@ def scenario_record_fail(rank, world):
 
 def scenario_half16(rank, world):
     """bfloat16 and float16 through allreduce_ (dense and sparse COO) with
-    the schemes that round once per value (agsparse, sparse_ps, omnireduce)
-    and auto: each result against a reference computed here, the float32
+    the schemes that round once per value (agsparse, sparse_ps, omnireduce,
+    zen) and auto: each result against a reference computed here, the float32
     sum in rank order of the widened values, rounded once to the dtype. The
     values are multiples of 2^-4 with 8 significant bits, so every float32
     sum of them is exact and one rounding is the only one. The dense call
@@ -1067,7 +1067,7 @@ def scenario_half16(rank, world):
         return (sign * k * torch.pow(2.0, e - 4)).to(dtype)
 
     for dtype in (torch.bfloat16, torch.float16):
-        for scheme in ("agsparse", "sparse_ps", "omnireduce", "auto"):
+        for scheme in ("agsparse", "sparse_ps", "omnireduce", "zen", "auto"):
             key = f"{dtype},{scheme}"
             # Dense: 480 x 8, every 7th row zero on each rank.
             ref = torch.zeros(480, 8, dtype=torch.float32)

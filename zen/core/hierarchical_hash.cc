@@ -16,28 +16,30 @@ constexpr int64_t kMinRowsPerChunk = 16384;
 constexpr int kMaxHashes = 8;
 
 // Items of a dense buffer: item r is row r; present if non-zero.
+template <typename T>
 struct DenseSource {
-  const float* data;
+  const T* data;
   int64_t width;
   template <typename Fn>
   void ForEach(int64_t begin, int64_t end, Fn&& fn) const {
     ForEachNonZeroRow(data, width, begin, end, fn);
   }
   int64_t id(int64_t r) const { return r; }
-  const float* row(int64_t r) const { return data + r * width; }
+  const T* row(int64_t r) const { return data + r * width; }
 };
 
 // Items of a sorted sparse list: item i is ids[i]; always present.
+template <typename T>
 struct SparseSource {
   const int64_t* ids;
-  const float* values;
+  const T* values;
   int64_t width;
   template <typename Fn>
   void ForEach(int64_t begin, int64_t end, Fn&& fn) const {
     for (int64_t i = begin; i < end; ++i) fn(i);
   }
   int64_t id(int64_t i) const { return ids[i]; }
-  const float* row(int64_t i) const { return values + i * width; }
+  const T* row(int64_t i) const { return values + i * width; }
 };
 
 struct ThreadTally {
@@ -100,9 +102,9 @@ HierarchicalHashPartitioner::HierarchicalHashPartitioner(int threads, Hierarchic
 
 HierarchicalHashPartitioner::~HierarchicalHashPartitioner() = default;
 
-void HierarchicalHashPartitioner::PartitionDense(std::span<const float> dense, int64_t rows,
-                                                 int64_t width, const RowOwner& owner,
-                                                 Partitions& out) {
+template <typename T>
+void HierarchicalHashPartitioner::DenseOf(std::span<const T> dense, int64_t rows, int64_t width,
+                                          const RowOwner& owner, PartitionsOf<T>& out) {
   int64_t expected = config_.expected_rows >= 0 ? config_.expected_rows : previous_rows_;
   if (expected < 0) {
     // First call: estimate the density from evenly spaced rows.
@@ -113,21 +115,23 @@ void HierarchicalHashPartitioner::PartitionDense(std::span<const float> dense, i
     }
     expected = samples == 0 ? 0 : hits * rows / samples;
   }
-  Run(DenseSource{dense.data(), width}, rows, width, owner, expected, out);
+  Run(DenseSource<T>{dense.data(), width}, rows, width, owner, expected, out);
 }
 
-void HierarchicalHashPartitioner::PartitionSparse(std::span<const int64_t> ids,
-                                                  std::span<const float> values, int64_t width,
-                                                  const RowOwner& owner, Partitions& out) {
+template <typename T>
+void HierarchicalHashPartitioner::SparseOf(std::span<const int64_t> ids, std::span<const T> values,
+                                           int64_t width, const RowOwner& owner,
+                                           PartitionsOf<T>& out) {
   // The row count is known exactly here.
   const int64_t m = static_cast<int64_t>(ids.size());
-  Run(SparseSource{ids.data(), values.data(), width}, m, width, owner,
+  Run(SparseSource<T>{ids.data(), values.data(), width}, m, width, owner,
       config_.expected_rows >= 0 ? config_.expected_rows : m, out);
 }
 
-template <typename Source>
+template <typename T, typename Source>
 void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64_t width,
-                                      const RowOwner& owner, int64_t expected, Partitions& out) {
+                                      const RowOwner& owner, int64_t expected,
+                                      PartitionsOf<T>& out) {
   const int n = owner.servers();
   const size_t un = static_cast<size_t>(n);
   const int64_t per_server = (expected + n - 1) / n;
@@ -260,5 +264,13 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
   stats_ = st;
   previous_rows_ = st.rows;
 }
+
+#define ZEN_INSTANTIATE(T, e, code, name)                                                    \
+  template void HierarchicalHashPartitioner::DenseOf<T>(std::span<const T>, int64_t, int64_t, \
+                                                        const RowOwner&, PartitionsOf<T>&);   \
+  template void HierarchicalHashPartitioner::SparseOf<T>(                                    \
+      std::span<const int64_t>, std::span<const T>, int64_t, const RowOwner&, PartitionsOf<T>&);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
 
 }  // namespace zen

@@ -67,19 +67,22 @@ class HierarchicalHashPartitioner final : public Partitioner {
   ~HierarchicalHashPartitioner() override;
 
   std::string_view name() const override { return "hierarchical"; }
-  void PartitionDense(std::span<const float> dense, int64_t rows, int64_t width,
-                      const RowOwner& owner, Partitions& out) override;
-  void PartitionSparse(std::span<const int64_t> ids, std::span<const float> values, int64_t width,
-                       const RowOwner& owner, Partitions& out) override;
+  ZEN_PARTITIONER_OVERRIDES  // every value type (partition.h)
 
   const HierarchicalHashStats& last_stats() const { return stats_; }
   const HierarchicalHashConfig& config() const { return config_; }
 
  private:
   struct Tables;
-  template <typename Source>
+  template <typename T>
+  void DenseOf(std::span<const T> dense, int64_t rows, int64_t width, const RowOwner& owner,
+               PartitionsOf<T>& out);
+  template <typename T>
+  void SparseOf(std::span<const int64_t> ids, std::span<const T> values, int64_t width,
+                const RowOwner& owner, PartitionsOf<T>& out);
+  template <typename T, typename Source>
   void Run(const Source& source, int64_t items, int64_t width, const RowOwner& owner,
-           int64_t expected, Partitions& out);
+           int64_t expected, PartitionsOf<T>& out);
 
   int threads_;
   HierarchicalHashConfig config_;

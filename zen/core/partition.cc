@@ -10,6 +10,18 @@
 #include "zen/core/radix_sort.h"
 
 namespace zen {
+// Per-thread state of the counting partitioner (outside the anonymous
+// namespace: its member templates' lambdas capture it).
+namespace counting_detail {
+struct ChunkRows {
+  std::vector<int64_t> items;      // dense: row ids; sparse: positions in ids
+  std::vector<int32_t> owners;     // server of each item
+  std::vector<int64_t> positions;  // domain position of each item
+  std::vector<int64_t> counts;     // per server
+};
+}  // namespace counting_detail
+using counting_detail::ChunkRows;
+
 namespace {
 
 // Rows of dense work per thread below which spawning does not pay.
@@ -21,7 +33,8 @@ constexpr int64_t kMinSparseRowsPerChunk = 1 << 18;
 
 // `out` shaped for m rows of `width` over `servers` (capacity kept; the
 // offsets zero).
-void ShapePartitions(Partitions& out, int servers, int64_t width, size_t m) {
+template <typename T>
+void ShapePartitions(PartitionsOf<T>& out, int servers, int64_t width, size_t m) {
   out.servers = servers;
   out.width = width;
   out.offsets.assign(static_cast<size_t>(servers) + 1, 0);
@@ -30,24 +43,17 @@ void ShapePartitions(Partitions& out, int servers, int64_t width, size_t m) {
   out.values.resize(m * static_cast<size_t>(width));
 }
 
-// Per-thread state of the counting partitioner.
-struct ChunkRows {
-  std::vector<int64_t> items;      // dense: row ids; sparse: positions in ids
-  std::vector<int32_t> owners;     // server of each item
-  std::vector<int64_t> positions;  // domain position of each item
-  std::vector<int64_t> counts;     // per server
-};
 
 // Shared second half of both counting paths: prefix sums, the scatter of
 // (position, item) pairs, the per-server sort (Permuted owners only), and
 // the write of ids, positions and values. id_of(item) gives the row id,
 // row_of(item) the pointer to its values.
-template <typename IdOf, typename RowOf>
+template <typename T, typename IdOf, typename RowOf>
 void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t width, WorkerPool& pool,
              int threads,
              std::vector<std::vector<int64_t>>& cursor, std::vector<KeyItem>& order,
              std::vector<KeyItem>& sort_scratch, const IdOf& id_of, const RowOf& row_of,
-             Partitions& out) {
+             PartitionsOf<T>& out) {
   const int servers = owner.servers();
   const size_t n = static_cast<size_t>(servers);
   out.servers = servers;
@@ -96,7 +102,7 @@ void Scatter(std::vector<ChunkRows>& chunks, const RowOwner& owner, int64_t widt
     const KeyItem* items = order.data();
     int64_t* ids = out.ids.data();
     int64_t* positions = out.positions.data();
-    float* values = out.values.data();
+    T* values = out.values.data();
     for (int64_t p = begin; p < end; ++p) {
       if (p + kAhead < end) __builtin_prefetch(row_of(items[p + kAhead].item));
       const KeyItem x = items[p];
@@ -232,22 +238,6 @@ RowOwner RowOwner::Range(int64_t rows, int servers) {
   return o;
 }
 
-std::span<const int64_t> Partitions::ids_of(int s) const {
-  return std::span<const int64_t>(ids).subspan(static_cast<size_t>(offsets[static_cast<size_t>(s)]),
-                                               static_cast<size_t>(count(s)));
-}
-
-std::span<const int64_t> Partitions::positions_of(int s) const {
-  return std::span<const int64_t>(positions)
-      .subspan(static_cast<size_t>(offsets[static_cast<size_t>(s)]), static_cast<size_t>(count(s)));
-}
-
-std::span<const float> Partitions::values_of(int s) const {
-  const size_t w = static_cast<size_t>(width);
-  return std::span<const float>(values).subspan(
-      static_cast<size_t>(offsets[static_cast<size_t>(s)]) * w, static_cast<size_t>(count(s)) * w);
-}
-
 int EffectiveThreads(int threads) {
   if (threads > 0) return threads;
   const unsigned hw = std::thread::hardware_concurrency();
@@ -296,8 +286,9 @@ CountingPartitioner::CountingPartitioner(int threads)
 
 CountingPartitioner::~CountingPartitioner() = default;
 
-void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t rows, int64_t width,
-                                         const RowOwner& owner, Partitions& out) {
+template <typename T>
+void CountingPartitioner::DenseOf(std::span<const T> dense, int64_t rows, int64_t width,
+                                  const RowOwner& owner, PartitionsOf<T>& out) {
   std::vector<ChunkRows>& chunks =
       scratch_->Reset(ChunkCount(threads_, rows, kMinRowsPerChunk), owner.servers());
   ParallelChunks(scratch_->pool, threads_, rows, kMinRowsPerChunk,
@@ -318,9 +309,9 @@ void CountingPartitioner::PartitionDense(std::span<const float> dense, int64_t r
       [&](int64_t r) { return dense.data() + r * width; }, out);
 }
 
-void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
-                                          std::span<const float> values, int64_t width,
-                                          const RowOwner& owner, Partitions& out) {
+template <typename T>
+void CountingPartitioner::SparseOf(std::span<const int64_t> ids, std::span<const T> values,
+                                   int64_t width, const RowOwner& owner, PartitionsOf<T>& out) {
   const int64_t m = static_cast<int64_t>(ids.size());
   if (owner.kind() == RowOwner::Kind::kPermuted && owner.rows() <= (int64_t{1} << 32) &&
       m <= (int64_t{1} << 32)) {
@@ -361,9 +352,10 @@ void CountingPartitioner::PartitionSparse(std::span<const int64_t> ids,
 // words (found by the servers' starts). Keys and items below 2^32 share one
 // 8-byte word: one sort instead of the generic path's per-row server
 // lookup, scatter by server and per-server sorts.
+template <typename T>
 void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
-                                                  std::span<const float> values, int64_t width,
-                                                  const RowOwner& owner, Partitions& out) {
+                                                  std::span<const T> values, int64_t width,
+                                                  const RowOwner& owner, PartitionsOf<T>& out) {
   const size_t m = ids.size();
   const int servers = owner.servers();
   if (owner.block_bits() > 0) {
@@ -381,7 +373,7 @@ void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
   ShapePartitions(out, servers, width, m);
   int64_t* out_ids = out.ids.data();
   int64_t* positions = out.positions.data();
-  float* out_values = out.values.data();
+  T* out_values = out.values.data();
   const size_t w = static_cast<size_t>(width);
   size_t p = 0;
   for (int s = 0; s < servers; ++s) {
@@ -412,9 +404,10 @@ void CountingPartitioner::PartitionSparsePermuted(std::span<const int64_t> ids,
 // orders the rows by server and position; each run's rows are then copied
 // in input order. A server's range is whole blocks, so a run never spans
 // two servers.
+template <typename T>
 void CountingPartitioner::PartitionSparseBlocks(std::span<const int64_t> ids,
-                                                std::span<const float> values, int64_t width,
-                                                const RowOwner& owner, Partitions& out) {
+                                                std::span<const T> values, int64_t width,
+                                                const RowOwner& owner, PartitionsOf<T>& out) {
   const size_t m = ids.size();
   const int servers = owner.servers();
   const int b = owner.block_bits();
@@ -436,7 +429,7 @@ void CountingPartitioner::PartitionSparseBlocks(std::span<const int64_t> ids,
   ShapePartitions(out, servers, width, m);
   int64_t* out_ids = out.ids.data();
   int64_t* positions = out.positions.data();
-  float* out_values = out.values.data();
+  T* out_values = out.values.data();
   const size_t w = static_cast<size_t>(width);
   const int64_t mask = (int64_t{1} << b) - 1;
   int s = 0;
@@ -459,6 +452,14 @@ void CountingPartitioner::PartitionSparseBlocks(std::span<const int64_t> ids,
   }
   while (s < servers) out.offsets[static_cast<size_t>(++s)] = static_cast<int64_t>(p);
 }
+
+#define ZEN_INSTANTIATE(T, e, code, name)                                                      \
+  template void CountingPartitioner::DenseOf<T>(std::span<const T>, int64_t, int64_t,          \
+                                                const RowOwner&, PartitionsOf<T>&);            \
+  template void CountingPartitioner::SparseOf<T>(std::span<const int64_t>, std::span<const T>, \
+                                                 int64_t, const RowOwner&, PartitionsOf<T>&);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
 
 std::unique_ptr<Partitioner> MakePartitioner(std::string_view kind, int threads) {
   if (kind == "counting") return std::make_unique<CountingPartitioner>(threads);

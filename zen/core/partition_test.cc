@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -155,6 +156,126 @@ INSTANTIATE_TEST_SUITE_P(All, DensePartitionTest, ::testing::ValuesIn(DenseCases
                                   "_w" + std::to_string(i.param.width) + "_d" +
                                   std::to_string(static_cast<int>(i.param.density * 1000));
                          });
+
+// The other value types (float64, bfloat16, float16): both partitioners,
+// dense and sparse input, against a brute force whose zero test reads the
+// bit patterns (a value is zero when all its bits but the sign are: +0 and
+// -0; a 16-bit denormal or NaN is not), independent of float_scan.h.
+template <typename T>
+uint64_t BitsOf(T v) {
+  if constexpr (sizeof(T) == 8) return std::bit_cast<uint64_t>(v);
+  if constexpr (sizeof(T) == 2) return std::bit_cast<uint16_t>(v);
+}
+template <typename T>
+bool IsZeroBits(T v) {
+  const uint64_t sign = uint64_t{1} << (8 * sizeof(T) - 1);
+  return (BitsOf(v) & ~sign) == 0;
+}
+template <typename T>
+T FromBits(uint64_t bits) {
+  if constexpr (sizeof(T) == 8) return std::bit_cast<T>(bits);
+  if constexpr (sizeof(T) == 2) return std::bit_cast<T>(static_cast<uint16_t>(bits));
+}
+
+// rows x width values of T: about `density` of the rows hold one random
+// non-zero pattern (a denormal now and then) among +0 and -0, the others
+// are +0 or -0 throughout.
+template <typename T>
+std::vector<T> RandomDenseOf(int64_t rows, int64_t width, double density, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  const uint64_t sign = uint64_t{1} << (8 * sizeof(T) - 1);
+  std::vector<T> d(static_cast<size_t>(rows * width));
+  for (size_t i = 0; i < d.size(); ++i) d[i] = FromBits<T>(rng() % 2 == 0 ? 0 : sign);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (u(rng) >= density) continue;
+    uint64_t bits = rng() % 4 == 0 ? 1 : rng();  // 1: the smallest denormal
+    if (sizeof(T) == 2) bits &= 0xFFFF;
+    if ((bits & ~sign) == 0) bits |= 1;
+    d[static_cast<size_t>(r * width + static_cast<int64_t>(rng() % width))] = FromBits<T>(bits);
+  }
+  return d;
+}
+
+// p against the brute force: per server, the rows r of [0, rows) with
+// present(r), in position order, with dense's values.
+template <typename T, typename Present>
+void ExpectPartitionsOf(const PartitionsOf<T>& p, const std::vector<T>& dense, int64_t rows,
+                        int64_t width, const RowOwner& owner, const Present& present) {
+  ASSERT_EQ(p.servers, owner.servers());
+  ASSERT_EQ(p.width, width);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> want(static_cast<size_t>(owner.servers()));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!present(r)) continue;
+    const RowPlace at = owner.Locate(r);
+    want[static_cast<size_t>(at.server)].emplace_back(at.position, r);
+  }
+  for (int s = 0; s < owner.servers(); ++s) {
+    auto& w = want[static_cast<size_t>(s)];
+    std::sort(w.begin(), w.end());
+    const auto ids = p.ids_of(s);
+    const auto positions = p.positions_of(s);
+    const auto vals = p.values_of(s);
+    ASSERT_EQ(ids.size(), w.size()) << "server " << s;
+    ASSERT_EQ(vals.size(), w.size() * static_cast<size_t>(width)) << "server " << s;
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_EQ(positions[i], w[i].first) << "server " << s;
+      ASSERT_EQ(ids[i], w[i].second) << "server " << s;
+      for (int64_t k = 0; k < width; ++k) {
+        ASSERT_EQ(BitsOf(vals[i * static_cast<size_t>(width) + static_cast<size_t>(k)]),
+                  BitsOf(dense[static_cast<size_t>(w[i].second * width + k)]))
+            << "server " << s << " row " << w[i].second;
+      }
+    }
+  }
+}
+
+template <typename T>
+class OtherValueTypePartitionTest : public ::testing::Test {};
+using OtherValueTypes = ::testing::Types<double, Bfloat16, Float16>;
+TYPED_TEST_SUITE(OtherValueTypePartitionTest, OtherValueTypes);
+
+TYPED_TEST(OtherValueTypePartitionTest, DenseAndSparseMatchBruteForce) {
+  using T = TypeParam;
+  const int64_t rows = 40009;  // several chunks of 16384 rows
+  for (const std::string name : {"counting", "hierarchical"}) {
+    for (int threads : {1, 3}) {
+      auto part = MakePartitioner(name, threads);
+      for (int64_t width : {1, 3, 8}) {
+        const std::vector<T> dense = RandomDenseOf<T>(rows, width, 0.05, 31 + width);
+        auto non_zero = [&](int64_t r) {
+          bool nz = false;
+          for (int64_t k = 0; k < width; ++k) {
+            nz |= !IsZeroBits(dense[static_cast<size_t>(r * width + k)]);
+          }
+          return nz;
+        };
+        // The sparse input: the non-zero rows and row 7 listed whatever it
+        // holds (a listed all-zero row is kept: it is present).
+        auto listed = [&](int64_t r) { return r == 7 || non_zero(r); };
+        std::vector<int64_t> ids;
+        std::vector<T> values;
+        for (int64_t r = 0; r < rows; ++r) {
+          if (!listed(r)) continue;
+          ids.push_back(r);
+          values.insert(values.end(), dense.begin() + r * width, dense.begin() + (r + 1) * width);
+        }
+        for (const RowOwner& owner :
+             {RowOwner::Hash(5, 7), RowOwner::Range(rows, 4), RowOwner::Permuted(5, rows, 7),
+              RowOwner::Permuted(5, rows, 3, 4)}) {
+          SCOPED_TRACE(name + " threads " + std::to_string(threads) + " width " +
+                       std::to_string(width));
+          PartitionsOf<T> p;
+          part->PartitionDense(std::span<const T>(dense), rows, width, owner, p);
+          ExpectPartitionsOf(p, dense, rows, width, owner, non_zero);
+          PartitionsOf<T> q;
+          part->PartitionSparse(ids, std::span<const T>(values), width, owner, q);
+          ExpectPartitionsOf(q, dense, rows, width, owner, listed);
+        }
+      }
+    }
+  }
+}
 
 TEST(RowOwner, RangeIsContiguousAndEven) {
   for (int64_t rows : {1, 7, 100, 1001}) {

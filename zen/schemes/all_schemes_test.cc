@@ -69,7 +69,8 @@ bool Is16Bit(DType d) { return d == DType::kBfloat16 || d == DType::kFloat16; }
 // value (their SyncCapabilities comments say so); the others round at each
 // hop.
 bool RoundsOnce(const std::string& scheme) {
-  return scheme == "agsparse" || scheme == "sparse_ps" || scheme == "omnireduce";
+  return scheme == "agsparse" || scheme == "sparse_ps" || scheme == "omnireduce" ||
+         scheme == "zen";
 }
 
 // The per-element check of a 16-bit result against the inputs, computed

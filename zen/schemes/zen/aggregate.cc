@@ -15,14 +15,12 @@ namespace zen {
 
 using zen_internal::SlotClass;
 using zen_internal::ClassSlot;
-using zen_internal::CopyRowOf;
-using zen_internal::ValuesOf;
 
 template <typename T>
 int64_t ZenScheme::Aggregate(const HashDomains& domains, int server, int64_t width) {
   // This server's partition, summed straight out of the receive buffers.
   Workspace& ws = ws_;
-  const Partitions& mine = ws.mine;
+  const PartitionsOf<T>& mine = ws.mine.Of<T>();
   const int n = domains.servers();
   const bool compact = CompactPush(width, domains.size(server));
   std::vector<RowsOf<T>>& parts = PartsOf<T>();
@@ -30,7 +28,7 @@ int64_t ZenScheme::Aggregate(const HashDomains& domains, int server, int64_t wid
   ws.part_count = static_cast<size_t>(n);
   for (int i = 0; i < n; ++i) {
     if (i == server) {
-      parts.push_back({mine.positions_of(server), ValuesOf<T>(mine, server)});
+      parts.push_back({mine.positions_of(server), mine.values_of(server)});
       continue;
     }
     const RowsMessage& m = ws.pushed[static_cast<size_t>(i)];
@@ -117,7 +115,7 @@ struct SortedRows {
       const uint64_t p = words[i] >> 32;
       T* out = place(s);
       if constexpr (std::is_same_v<AccumOf<T>, T>) {
-        CopyRowOf(out, Row(i), width);
+        CopyRow(out, Row(i), width);
         for (++i; i < total && (words[i] >> 32) == p; ++i) {
           const T* src = Row(i);
           for (size_t c = 0; c < w; ++c) out[c] += src[c];
@@ -224,7 +222,7 @@ int64_t ZenScheme::AggregateRowsSorted(int64_t domain_size, int64_t width, size_
         return out;
       },
       [&](size_t s, T* out) {
-        if (twice && cls[s] != 0 && cls[s] <= last_twinned) CopyRowOf(out + twin, out, width);
+        if (twice && cls[s] != 0 && cls[s] <= last_twinned) CopyRow(out + twin, out, width);
       });
   WriteGroupedIndexes(domain_size, width);
   if (twice) {
@@ -369,15 +367,17 @@ int64_t ZenScheme::AggregateInSumOrder(const HashDomains& domains, int server, i
     for (size_t k = 0; k < w; ++k, ++e) {
       while (step != call_.sum_order.end() && step->first <= e) ++step;
       const int first = step == call_.sum_order.begin() ? n - 1 : (step - 1)->second;
-      AccumOf<T> acc = 0;
+      // Each addition rounded to T (Add), as the ordered ring and Gloo's
+      // sum of 16-bit values do; for float32 and float64 a plain +.
+      T acc{};
       bool any = false;
       for (int j = 0, q = first; j < n; ++j, q = q == 0 ? n - 1 : q - 1) {
         const T* row = reinterpret_cast<const T*>(contrib_[static_cast<size_t>(q)]);
         if (row == nullptr) continue;
-        acc = any ? Widen(row[k]) + acc : Widen(row[k]);
+        acc = any ? Add(row[k], acc) : row[k];
         any = true;
       }
-      dst[k] = Narrow<T>(acc);
+      dst[k] = acc;
     }
     std::fill(contrib_.begin(), contrib_.end(), nullptr);
   };

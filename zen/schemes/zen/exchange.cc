@@ -51,7 +51,7 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   Rounds rounds = PostRounds(comm, domains, width);
   Snapshot after_push, after_pull;
   try {
-    Push(comm, domains, width, where, rounds);
+    Push<T>(comm, domains, width, where, rounds);
     after_push = Take(comm);
     stats_.push_seconds = Since(t0);
 

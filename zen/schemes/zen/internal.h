@@ -1,9 +1,9 @@
 // zen/schemes/zen/internal.h — what the files of ZEN's scheme share and
 // nobody else uses: timing, the communicator's byte counters per phase,
 // the receive bounds of the two rounds, the grouped pull's slots, the
-// holder of a call's options and dtype, a row copy per value type, and the
-// value types the scheme's templated phases are instantiated for. Not
-// installed for users: include zen.h.
+// holder of a call's options and dtype, and the value types the scheme's
+// templated phases are instantiated for. Not installed for users: include
+// zen.h.
 //
 // Usage (inside zen/schemes/zen/*.cc):
 //   const auto t0 = zen_internal::Clock::now();
@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <type_traits>
 
@@ -43,12 +42,12 @@ inline Snapshot Take(const Communicator& comm) {
   return {comm.counters().total_sent(), comm.counters().total_recv()};
 }
 
-// The value types the templated phases (partition.cc, aggregate.cc,
-// exchange.cc, result.cc) are instantiated for, X(T) per type: the dtypes
-// zen declares (kZenCapabilities). Another needs the partitioner to move
-// its rows (PartitionRows: float32 lanes) and its parts in
-// Workspace::parts.
-#define ZEN_SCHEME_VALUE_TYPES(X) X(float) X(double)
+// The value types the templated phases (partition.cc, push.cc,
+// aggregate.cc, exchange.cc, result.cc) are instantiated for, X(T) per
+// type: the dtypes zen declares (kZenCapabilities). A value type of
+// ZEN_FOR_EACH_VALUE_TYPE that zen does not list here is refused by
+// WithZenValueType.
+#define ZEN_SCHEME_VALUE_TYPES(X) X(float) X(double) X(Bfloat16) X(Float16)
 
 #define ZEN_IS_VALUE_TYPE(T) std::is_same_v<V, T> ||
 template <typename V>
@@ -58,7 +57,7 @@ inline constexpr bool kZenValueType = ZEN_SCHEME_VALUE_TYPES(ZEN_IS_VALUE_TYPE) 
 template <typename R>
 [[noreturn]] R NotZenValueType(DType d) {
   throw InvalidArgument(Where{}, "zen: ", DTypeName(d),
-                        " values are not summed by zen (float32 and float64 are)");
+                        " values are not summed by zen (kZenCapabilities lists its dtypes)");
 }
 
 // WithValueType for zen's value types: fn.template operator()<T>() for T
@@ -112,25 +111,6 @@ inline void CheckNotFailed(const ByteBuffer& message, const char* round, int pee
     throw FormatError(where, "zen: rank ", peer, " failed during this call (its ", round,
                       " message is empty); its own error names the cause");
   }
-}
-
-// One row of width values copied: float32 rows by CopyRow (inline pieces
-// for narrow rows), others by memcpy.
-template <typename T>
-inline void CopyRowOf(T* dst, const T* src, int64_t width) {
-  if constexpr (std::is_same_v<T, float>) {
-    CopyRow(dst, src, width);
-  } else {
-    std::memcpy(dst, src, static_cast<size_t>(width) * sizeof(T));
-  }
-}
-
-// Server s's partition values as T: the partitioner moved T's rows as
-// float32 lanes (partition.cc, PartitionRows).
-template <typename T>
-inline std::span<const T> ValuesOf(const Partitions& p, int s) {
-  const std::span<const float> lanes = p.values_of(s);
-  return {reinterpret_cast<const T*>(lanes.data()), lanes.size_bytes() / sizeof(T)};
 }
 
 // Holds a call's options and its values' dtype in ZenScheme::call_ and

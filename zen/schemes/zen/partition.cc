@@ -55,29 +55,6 @@ HashDomains ZenScheme::Prepare(Communicator& comm, int64_t rows, int64_t width,
                          : RowOwner::Range(rows, n));
 }
 
-namespace {
-
-// local's rows split per server into `out`. The partitioner moves float32
-// rows; a row of wider values moves as the float32 lanes of its bytes
-// (sizeof(T) / 4 per value: it only copies listed rows, never reads a
-// value), so out.width is width x lanes and out.values holds T's bytes
-// (read back with zen_internal::ValuesOf<T>).
-template <typename T>
-void PartitionRows(Partitioner& partitioner, const SparseTensor& local, const RowOwner& owner,
-                   Partitions& out) {
-  static_assert(sizeof(T) % sizeof(float) == 0 && alignof(T) <= alignof(std::max_align_t),
-                "the partitioner moves rows in float32 lanes");
-  constexpr size_t kLanes = sizeof(T) / sizeof(float);
-  const std::span<const T> values = local.values<T>();
-  partitioner.PartitionSparse(
-      local.ids(),
-      std::span<const float>(reinterpret_cast<const float*>(values.data()),
-                             values.size() * kLanes),
-      local.width() * static_cast<int64_t>(kLanes), owner, out);
-}
-
-}  // namespace
-
 template <typename T>
 std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
                                                      const SparseTensor& local,
@@ -95,7 +72,8 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
   const Where where{comm.rank(), local.name()};
   HashDomains domains = Prepare(comm, local.rows(), local.width(), where);
   auto t0 = Clock::now();
-  PartitionRows<T>(*sparse_partitioner_, local, domains.owner(), ws_.mine);
+  sparse_partitioner_->PartitionSparse(local.ids(), local.values<T>(), local.width(),
+                                       domains.owner(), ws_.mine.Of<T>());
   stats_.partition_seconds = Since(t0);
   t0 = Clock::now();
   std::fill(zero.begin(), zero.end(), std::byte{0});  // +0.0 in every dtype

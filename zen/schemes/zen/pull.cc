@@ -150,12 +150,13 @@ void ZenScheme::RoundPushedValues(int server, int64_t width) {
   Workspace& ws = ws_;
   const WireValues v = call_.values;
   const size_t w = static_cast<size_t>(width);
-  const int n = static_cast<int>(ws.mine.offsets.size()) - 1;
+  Partitions& mine = ws.mine.Of<float>();  // half-width wire values are float32's
+  const int n = static_cast<int>(mine.offsets.size()) - 1;
   for (int j = 0; j < n; ++j) {
     if (j == server) continue;
-    const auto first = static_cast<size_t>(ws.mine.offsets[static_cast<size_t>(j)]);
-    float* x = ws.mine.values.data() + first * w;
-    const size_t count = static_cast<size_t>(ws.mine.count(j)) * w;
+    const auto first = static_cast<size_t>(mine.offsets[static_cast<size_t>(j)]);
+    float* x = mine.values.data() + first * w;
+    const size_t count = static_cast<size_t>(mine.count(j)) * w;
     for (size_t i = 0; i < count; ++i) {
       x[i] = v == WireValues::kBfloat16 ? Bfloat16BitsToFloat(FloatToBfloat16Bits(x[i]))
                                         : HalfBitsToFloat(FloatToHalfBits(x[i]));

@@ -10,12 +10,13 @@ namespace zen {
 
 using zen_internal::CheckNotFailed;
 
+template <typename T>
 void ZenScheme::Push(Communicator& comm, const HashDomains& domains, int64_t width,
                      const Where& where, Rounds& rounds) {
   const int n = comm.size();
   const int r = comm.rank();
   Workspace& ws = ws_;
-  const Partitions& mine = ws.mine;
+  const PartitionsOf<T>& mine = ws.mine.Of<T>();
   // Domain positions, one message per other server, encoded straight into
   // the persistent send buffers: COO, or for element-sparse rows the
   // smallest index (COO32, Elias-Fano or the bitmap: the index is half of
@@ -48,6 +49,12 @@ void ZenScheme::Push(Communicator& comm, const HashDomains& domains, int64_t wid
     ws.pushed[static_cast<size_t>(i)] = m;
   });
 }
+
+#define ZEN_INSTANTIATE(T)                                                                   \
+  template void ZenScheme::Push<T>(Communicator&, const HashDomains&, int64_t, const Where&, \
+                                   Rounds&);
+ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
 
 RowsMessage ZenScheme::ReadPeerMessage(ByteBuffer& message, const char* round, int peer,
                                        int64_t domain_size, int server, int64_t width,

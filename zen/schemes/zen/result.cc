@@ -16,8 +16,6 @@ namespace zen {
 using zen_internal::Clock;
 using zen_internal::Since;
 using zen_internal::CallScope;
-using zen_internal::CopyRowOf;
-using zen_internal::ValuesOf;
 
 template <typename T, typename Fn>
 size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, const Where& where,
@@ -65,10 +63,10 @@ size_t ZenScheme::ForEachPulledRow(const HashDomains& domains, int server, const
   if (ws_.pulled_own_sole[j] != 0) {
     // This rank's sole rows, left out of the pull: the positions it pushed
     // here that are not shared (both ascending), its own ids and values.
-    const Partitions& mine = ws_.mine;
+    const PartitionsOf<T>& mine = ws_.mine.Of<T>();
     const std::span<const int64_t> pushed = mine.positions_of(server);
     const int64_t* own_ids = mine.ids.data() + mine.offsets[j];
-    const T* own = ValuesOf<T>(mine, server).data();
+    const T* own = mine.values_of(server).data();
     const size_t w = static_cast<size_t>(shared.width);
     auto own_row = [&](size_t o) {
       mark(pushed[o]);
@@ -154,7 +152,7 @@ void GatherRows(size_t total, int64_t width, IdAt id_at, RowAt row_at, std::vect
     for (size_t i = 0; i < total; ++i, dst += w) {
       if (i + kAhead < total) __builtin_prefetch(row_at(i + kAhead));
       ids.push_back(id_at(i));
-      CopyRowOf(dst, row_at(i), width);
+      CopyRow(dst, row_at(i), width);
     }
     return;
   }
@@ -366,7 +364,7 @@ void ZenScheme::SyncIntoOf(Communicator& comm, const SparseTensor& local, std::s
       if (scaled) {
         for (size_t k = 0; k < w; ++k) dst[k] = Narrow<T>(Widen(row[k]) / divisor);
       } else {
-        CopyRowOf(dst, row, local.width());
+        CopyRow(dst, row, local.width());
       }
       ++stats_.result_rows;
     });
@@ -413,42 +411,34 @@ void ZenScheme::DoSyncDense(Communicator& comm, DenseValues buffer_values, int64
                             const SyncOptions& options) {
   const CallScope scope(call_, options, call_dtype_, buffer_values.dtype);
   zen_internal::WithZenValueType(buffer_values.dtype, [&]<typename T>() {
-    const std::span<T> buffer = buffer_values.as<T>();
-    if constexpr (std::is_same_v<T, float>) {
-      SyncDenseFloat(comm, buffer, rows, width, tensor);
-    } else {
-      // The partitioners take float32 buffers: the non-zero rows (tested
-      // in T) are extracted, then summed by the sparse path straight into
-      // the buffer (SyncInto zeroes it once they are partitioned). A sum
-      // order (call_) is taken by the aggregation either way.
-      const SparseTensor local =
-          SparseTensor::FromDense<T>(buffer, rows, width, std::string(tensor));
-      SyncIntoOf<T>(comm, local, buffer, 1.0);
-      stats_.dense_path = true;
-    }
+    SyncDenseOf<T>(comm, buffer_values.as<T>(), rows, width, tensor);
   });
 }
 
-void ZenScheme::SyncDenseFloat(Communicator& comm, std::span<float> buffer, int64_t rows,
-                               int64_t width, std::string_view tensor) {
+template <typename T>
+void ZenScheme::SyncDenseOf(Communicator& comm, std::span<T> buffer, int64_t rows, int64_t width,
+                            std::string_view tensor) {
   stats_ = ZenStats{};
   stats_.world = comm.size();
   stats_.rows = rows;
   stats_.width = width;
   stats_.dense_path = true;
   const Where where{comm.rank(), tensor};
+  PartitionsOf<T>& mine = ws_.mine.Of<T>();
   if (comm.size() == 1) {
     auto t0 = Clock::now();
-    dense_partitioner_->PartitionDense(buffer, rows, width, RowOwner::Range(rows, 1), ws_.mine);
+    dense_partitioner_->PartitionDense(std::span<const T>(buffer), rows, width,
+                                       RowOwner::Range(rows, 1), mine);
     stats_.partition_seconds = Since(t0);
-    stats_.local_rows = stats_.result_rows = ws_.mine.total();
+    stats_.local_rows = stats_.result_rows = mine.total();
     return;  // the buffer already holds the sum
   }
   const HashDomains domains = Prepare(comm, rows, width, where);
   auto t0 = Clock::now();
-  dense_partitioner_->PartitionDense(buffer, rows, width, domains.owner(), ws_.mine);
+  dense_partitioner_->PartitionDense(std::span<const T>(buffer), rows, width, domains.owner(),
+                                     mine);
   stats_.partition_seconds = Since(t0);
-  stats_.local_rows = ws_.mine.total();
+  stats_.local_rows = mine.total();
 
   // Every locally non-zero row is in the union, so writing the union's rows
   // overwrites all of them; rows outside the union are zero already. Each
@@ -457,10 +447,10 @@ void ZenScheme::SyncDenseFloat(Communicator& comm, std::span<float> buffer, int6
   // the buffer's old rows any more.
   // (A grouped pull's rows that only this rank contributed are its own,
   // in the buffer already: not rewritten.)
-  Exchange<float>(comm, domains, width, where, [&](const HashDomains&, int j) {
-    stats_.result_rows += static_cast<int64_t>(ForEachPulledRow<float>(
+  Exchange<T>(comm, domains, width, where, [&](const HashDomains&, int j) {
+    stats_.result_rows += static_cast<int64_t>(ForEachPulledRow<T>(
         domains, j, where,
-        [&](int64_t id, const float* row) {
+        [&](int64_t id, const T* row) {
           CopyRow(buffer.data() + static_cast<size_t>(id) * static_cast<size_t>(width), row,
                   width);
           ++stats_.result_rows;

@@ -21,19 +21,21 @@
 //      union (sparse: a radix sort by id; dense: a scatter into the buffer).
 // Buffers live in a per-instance workspace reused across calls.
 //
-// Values of every dtype it declares (float32, float64): each call turns the
-// tensor's dtype into its value type T once (WithValueType) and runs the
-// phases that add (aggregate, the result's assembly) as templates on T;
-// the others move rows as bytes (row_codec.h: value_bytes). Sums are formed
-// in AccumOf<T> (float64 in float64) and stored once. The element path
-// (width 1: one word per element, its value's 32 bits below its position)
-// and the compact pushes that feed it are float32's; a float64 tensor of
-// width 1 takes the rows path (COO pushes). Half-width wire values
-// (SyncOptions::values) are float32's only (MissingCapability refuses them
-// for float64 on every rank). A float64 dense buffer is extracted into a
-// sparse tensor (its non-zero rows, tested as float64) and summed by the
-// sparse path into the buffer, in a sum order where one is given: the
-// partitioners (zen/core/partition.h) take float32 buffers only.
+// Values of every dtype it declares (float32, float64, bfloat16, float16):
+// each call turns the tensor's dtype into its value type T once
+// (WithValueType) and runs its phases as templates on T; the partitioners
+// (zen/core/partition.h) take rows of T, and the push and pull move rows as
+// bytes (row_codec.h: value_bytes), at the dtype's own width. Sums are
+// formed in AccumOf<T> (float64 in float64; bfloat16 and float16 in float32,
+// read from the pushed 16-bit values) and rounded once when the owner
+// stores them; with a sum order (dense calls) each addition is rounded to T
+// instead, as the ordered ring and Gloo do. The element path (width 1: one
+// word per element, its value's 32 bits below its position) and the compact
+// pushes that feed it are float32's; a tensor of another dtype of width 1
+// takes the rows path (COO pushes). Half-width wire values
+// (SyncOptions::values) are float32's only (refused for another dtype on
+// every rank). A dense buffer of any of these dtypes takes the same dense
+// path (its non-zero rows tested in T: zero is +0 or -0 once widened).
 // Bytes a rank receives: about (n-1)/n x (d + d gamma) x rows x row bytes
 // (Eq. 1), i.e. (1 + gamma)/n of what agsparse receives.
 //
@@ -62,7 +64,7 @@
 //
 // Usage:
 //   auto s = zen::BuiltinSchemes().Create("zen", options);
-//   zen::SparseTensor sum = s->Sync(comm, local);   // float32 or float64, summed in it
+//   zen::SparseTensor sum = s->Sync(comm, local);   // float32, float64, bfloat16 or float16
 //   s->SyncDense(comm, bucket, rows, width, "emb");   // hierarchical-hash path
 //   if (const zen::ZenStats* st = zen::ZenLastStats(*s)) print(st->pull_bytes_recv);
 #pragma once
@@ -73,7 +75,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "zen/comm/collectives.h"
@@ -145,8 +146,8 @@ class ZenScheme final : public Scheme {
   // Row ownership (when not ZEN's hash): a rank that owns rows by ranges
   // would read every peer's positions as something else.
   std::string shared_settings() const override;
-  // Half-width wire values (float32), float64 tensors and, on dense
-  // calls, a sum order (kZenCapabilities).
+  // Half-width wire values (float32), every dtype and, on dense calls, a
+  // sum order (kZenCapabilities).
   SyncCapabilities capabilities() const override;
 
   const ZenStats& last_stats() const { return stats_; }
@@ -177,9 +178,13 @@ class ZenScheme final : public Scheme {
                   double divisor, const SyncOptions& options) override;
 
  private:
+  template <typename T>
+  using PartList = std::vector<RowsOf<T>>;
   // Persistent buffers, reused across calls (capacity kept).
   struct Workspace {
-    Partitions mine;
+    // This rank's rows split per server, in the call's value type
+    // (mine.Of<T>()).
+    PerValueType<PartitionsOf> mine;
     std::vector<ByteBuffer> push_send, push_recv, pull_recv;
     ByteBuffer pull_send;
     RowsLayout pull_layout;  // plain pull; grouped: the shared rows' message
@@ -208,7 +213,7 @@ class ZenScheme final : public Scheme {
     std::vector<uint64_t> seen_positions;  // ForEachPulledRow's, a grouped pull's rows
     // This server's parts (its own and each peer's push), per value type:
     // PartsOf<T>(); part_count of them in this call.
-    std::tuple<std::vector<RowsOf<float>>, std::vector<RowsOf<double>>> parts;
+    PerValueType<PartList> parts;
     size_t part_count = 0;
     std::vector<RowsMessage> pushed;  // element path: the peers' COO32 pushes, viewed
     std::vector<int64_t> served_positions;
@@ -253,7 +258,7 @@ class ZenScheme final : public Scheme {
   // This server's parts of value type T.
   template <typename T>
   std::vector<RowsOf<T>>& PartsOf() {
-    return std::get<std::vector<RowsOf<T>>>(ws_.parts);
+    return ws_.parts.Of<T>();
   }
   // The call's two rounds: their tags, posted before either starts, and
   // whether this rank has sent its part (a failure then tells the peers
@@ -267,8 +272,9 @@ class ZenScheme final : public Scheme {
   };
   // Both rounds' receives posted (exchange.cc).
   Rounds PostRounds(Communicator& comm, const HashDomains& domains, int64_t width);
-  // Phase 2 (push.cc): ws_.mine encoded per server and sent; each peer's
-  // push read into ws_.pushed.
+  // Phase 2 (push.cc): ws_.mine (of T, the call's value type) encoded per
+  // server and sent; each peer's push read into ws_.pushed.
+  template <typename T>
   void Push(Communicator& comm, const HashDomains& domains, int64_t width, const Where& where,
             Rounds& rounds);
   // Phase 3 (aggregate.cc): this server's sum of its parts laid out in
@@ -416,8 +422,11 @@ class ZenScheme final : public Scheme {
   template <typename T>
   void SyncIntoOf(Communicator& comm, const SparseTensor& local, std::span<T> out,
                   double divisor);
-  void SyncDenseFloat(Communicator& comm, std::span<float> buffer, int64_t rows, int64_t width,
-                      std::string_view tensor);
+  // The dense path: the buffer's non-zero rows (tested in T) partitioned
+  // by the dense partitioner, exchanged, and the union written back.
+  template <typename T>
+  void SyncDenseOf(Communicator& comm, std::span<T> buffer, int64_t rows, int64_t width,
+                   std::string_view tensor);
   // SyncIntoOf's element path (float32, width 1): server j's pulled words
   // written into out, each value / divisor.
   void ElementInto(const HashDomains& domains, int j, const Where& where, std::span<float> out,
@@ -444,14 +453,15 @@ const ZenStats* ZenLastStats(const Scheme& s);
 
 // What zen takes per call: its registry entry's and its objects' one
 // declaration.
-// float64 is summed in float64 (every adding phase is templated on the
-// value type), also in a sum order (AggregateInSumOrder, on either input
-// path).
+// float64 is summed in float64, bfloat16 and float16 in float32 and rounded
+// once per stored value (every adding phase is templated on the value
+// type); each takes a sum order (AggregateInSumOrder: 16-bit values rounded
+// after each addition).
 inline constexpr SyncCapabilities kZenCapabilities{
     .narrow_values = true,
     .sum_order = true,
-    .dtypes = DTypeSet{DType::kFloat32, DType::kFloat64},
-    .sum_order_dtypes = DTypeSet{DType::kFloat64}};
+    .dtypes = DTypeSet{DType::kFloat32, DType::kFloat64, DType::kBfloat16, DType::kFloat16},
+    .sum_order_dtypes = DTypeSet{DType::kFloat64, DType::kBfloat16, DType::kFloat16}};
 
 SchemeInfo ZenInfo();
 // Its cost function (registry.h), defined in cost.cc; BuiltinSchemes attaches
