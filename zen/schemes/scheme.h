@@ -306,7 +306,9 @@ void WriteInto(const SparseTensor& sum, DenseValues out, double divisor);
 // The same for rows given apart: ids (ascending) minus first_id index the
 // [rows x width] `out` (zeroed first); values holds ids.size() x width.
 // Each value is divided in AccumOf<T> (float for the 16-bit types) and
-// rounded once.
+// rounded once. For the 16-bit types the sum itself was already rounded to
+// T, so sum-then-divide rounds twice (exact for a divisor that is a power
+// of two; torch's own average of a bf16 all_reduce rounds twice as well).
 #define ZEN_WRITE_ROWS_INTO(T, ...)                                                          \
   void WriteRowsInto(std::span<const int64_t> ids, std::span<const T> values, int64_t width, \
                      int64_t first_id, std::span<T> out, AccumOf<T> divisor);
