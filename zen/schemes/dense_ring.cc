@@ -57,7 +57,7 @@ void RingAllReduce(Communicator& comm, std::span<T> data, Combine combine) {
 // sums in an order are zen's).
 constexpr SyncCapabilities kDenseRingCapabilities{
     .dtypes = DTypeSet::All(),
-    .sum_order_dtypes = {DType::kFloat64, DType::kBfloat16, DType::kFloat16}};
+    .sum_order_dtypes = DTypeSet::All()};  // float32's is `sum_order`: false
 
 // The element ranges [begin, end) of `order`'s steps (SumStep) over a
 // buffer of `total` elements, grouped by the rank each step starts at.

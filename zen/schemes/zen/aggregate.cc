@@ -1,7 +1,7 @@
 // zen/schemes/zen/aggregate.cc — phase 3, aggregate: this server's
 // partition summed straight out of the receive buffers into its pull
 // message. The adding functions are templates on the value type T
-// (instantiated for ZEN_SCHEME_VALUE_TYPES) and add in AccumOf<T>.
+// (instantiated for every type of ZEN_FOR_EACH_VALUE_TYPE) and add in AccumOf<T>.
 #include "zen/schemes/zen/zen.h"
 
 #include <algorithm>
@@ -506,9 +506,9 @@ void ZenScheme::AggregateElementRanges(uint64_t ranges, int server) {
   }
 }
 
-#define ZEN_INSTANTIATE(T)                                                                 \
+#define ZEN_INSTANTIATE(T, ...) \
   template int64_t ZenScheme::Aggregate<T>(const HashDomains&, int, int64_t);
-ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
 #undef ZEN_INSTANTIATE
 
 }  // namespace zen

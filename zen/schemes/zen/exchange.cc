@@ -79,10 +79,10 @@ void ZenScheme::Exchange(Communicator& comm, const HashDomains& domains, int64_t
   stats_.pull_bytes_recv = after_pull.recv - after_push.recv;
 }
 
-#define ZEN_INSTANTIATE(T)                                                                 \
+#define ZEN_INSTANTIATE(T, ...)                                                                  \
   template void ZenScheme::Exchange<T>(Communicator&, const HashDomains&, int64_t, const Where&, \
                                        OnPulled, PositionCheck);
-ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
 #undef ZEN_INSTANTIATE
 
 void ZenScheme::TellPeersThisRankFailed(Communicator& comm, const Tag* push_tag,

@@ -85,10 +85,10 @@ std::optional<HashDomains> ZenScheme::SparseExchange(Communicator& comm,
   return domains;
 }
 
-#define ZEN_INSTANTIATE(T)                                                                   \
-  template std::optional<HashDomains> ZenScheme::SparseExchange<T>(                          \
+#define ZEN_INSTANTIATE(T, ...)                                     \
+  template std::optional<HashDomains> ZenScheme::SparseExchange<T>( \
       Communicator&, const SparseTensor&, std::span<std::byte>, OnPulled);
-ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
 #undef ZEN_INSTANTIATE
 
 }  // namespace zen

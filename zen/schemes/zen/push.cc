@@ -50,10 +50,10 @@ void ZenScheme::Push(Communicator& comm, const HashDomains& domains, int64_t wid
   });
 }
 
-#define ZEN_INSTANTIATE(T)                                                                   \
+#define ZEN_INSTANTIATE(T, ...)                                                              \
   template void ZenScheme::Push<T>(Communicator&, const HashDomains&, int64_t, const Where&, \
                                    Rounds&);
-ZEN_SCHEME_VALUE_TYPES(ZEN_INSTANTIATE)
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
 #undef ZEN_INSTANTIATE
 
 RowsMessage ZenScheme::ReadPeerMessage(ByteBuffer& message, const char* round, int peer,

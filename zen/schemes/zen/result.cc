@@ -180,7 +180,7 @@ void GatherRows(size_t total, int64_t width, IdAt id_at, RowAt row_at, std::vect
 SparseTensor ZenScheme::DoSync(Communicator& comm, const SparseTensor& local,
                               const SyncOptions& options) {
   const CallScope scope(call_, options, call_dtype_, local.dtype());
-  return zen_internal::WithZenValueType(local.dtype(),
+  return WithValueType(local.dtype(),
                                         [&]<typename T>() { return SyncOf<T>(comm, local); });
 }
 
@@ -332,7 +332,7 @@ void ZenScheme::RowsResult(bool packed, int64_t rows, int64_t width, std::vector
 void ZenScheme::DoSyncInto(Communicator& comm, const SparseTensor& local, DenseValues out_values,
                            double divisor_value, const SyncOptions& options) {
   const CallScope scope(call_, options, call_dtype_, local.dtype());
-  zen_internal::WithZenValueType(local.dtype(), [&]<typename T>() {
+  WithValueType(local.dtype(), [&]<typename T>() {
     SyncIntoOf<T>(comm, local, out_values.as<T>(), divisor_value);
   });
 }
@@ -410,7 +410,7 @@ void ZenScheme::DoSyncDense(Communicator& comm, DenseValues buffer_values, int64
                             int64_t width, std::string_view tensor,
                             const SyncOptions& options) {
   const CallScope scope(call_, options, call_dtype_, buffer_values.dtype);
-  zen_internal::WithZenValueType(buffer_values.dtype, [&]<typename T>() {
+  WithValueType(buffer_values.dtype, [&]<typename T>() {
     SyncDenseOf<T>(comm, buffer_values.as<T>(), rows, width, tensor);
   });
 }

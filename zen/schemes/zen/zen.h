@@ -460,8 +460,8 @@ const ZenStats* ZenLastStats(const Scheme& s);
 inline constexpr SyncCapabilities kZenCapabilities{
     .narrow_values = true,
     .sum_order = true,
-    .dtypes = DTypeSet{DType::kFloat32, DType::kFloat64, DType::kBfloat16, DType::kFloat16},
-    .sum_order_dtypes = DTypeSet{DType::kFloat64, DType::kBfloat16, DType::kFloat16}};
+    .dtypes = DTypeSet::All(),
+    .sum_order_dtypes = DTypeSet::All()};
 
 SchemeInfo ZenInfo();
 // Its cost function (registry.h), defined in cost.cc; BuiltinSchemes attaches
