@@ -460,4 +460,16 @@ void ZenScheme::SyncDenseOf(Communicator& comm, std::span<T> buffer, int64_t row
   });
 }
 
+// Explicit instantiations: DoSync, DoSyncInto and DoSyncDense reach these
+// only through WithValueType's generic lambda, which clang 14 does not
+// instantiate them from (undefined references at link time).
+#define ZEN_INSTANTIATE(T, ...)                                                               \
+  template SparseTensor ZenScheme::SyncOf<T>(Communicator&, const SparseTensor&);             \
+  template void ZenScheme::SyncIntoOf<T>(Communicator&, const SparseTensor&, std::span<T>,    \
+                                         double);                                             \
+  template void ZenScheme::SyncDenseOf<T>(Communicator&, std::span<T>, int64_t, int64_t,      \
+                                          std::string_view);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
+
 }  // namespace zen
