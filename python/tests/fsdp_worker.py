@@ -149,11 +149,9 @@ def async_op(rank, world):
             "equal": torch.equal(out, ref), "rounding": rounding(out, ref, inp, dist.ReduceOp.SUM, world)}
 
 
-def mismatch(rank, world):
-    """Rank 1 passes one more element, then (second call) another dtype, then
-    (another object) another max_fraction: every rank raises MismatchError
-    naming rank 1; the group still works after."""
-    comm = SparseReduceScatter()
+def _disagree_on_numel_then_dtype(comm, rank, world):
+    """Two calls of comm in which rank 1 passes one more element, then
+    another dtype; per call None, or the MismatchError's message."""
     msgs = []
     for bad in ("numel", "dtype"):
         n = world * 10 + (1 if bad == "numel" and rank == 1 else 0)
@@ -163,6 +161,15 @@ def mismatch(rank, world):
             msgs.append(None)
         except MismatchError as e:
             msgs.append(str(e))
+    return msgs
+
+
+def mismatch(rank, world):
+    """Rank 1 passes one more element, then (second call) another dtype, then
+    (another object) another max_fraction: every rank raises MismatchError
+    naming rank 1; the group still works after."""
+    comm = SparseReduceScatter()
+    msgs = _disagree_on_numel_then_dtype(comm, rank, world)
     # Ranks configured with different thresholds would decide differently.
     odd = SparseReduceScatter(max_fraction=0.25 if rank == 1 else 0.5)
     try:
@@ -351,15 +358,7 @@ def zen_mismatch(rank, world):
     MismatchError naming rank 1; zen's communicator stays in step (a later
     call succeeds) and so does the group."""
     comm = SparseReduceScatter(transport="zen")
-    msgs = []
-    for bad in ("numel", "dtype"):
-        n = world * 10 + (1 if bad == "numel" and rank == 1 else 0)
-        dtype = torch.float64 if bad == "dtype" and rank == 1 else torch.float32
-        try:
-            comm(torch.empty(10, dtype=dtype), torch.ones(n, dtype=dtype), dist.group.WORLD, dist.ReduceOp.SUM)
-            msgs.append(None)
-        except MismatchError as e:
-            msgs.append(str(e))
+    msgs = _disagree_on_numel_then_dtype(comm, rank, world)
     state = comm._zen_states[dist.group.WORLD]
     odd = SparseReduceScatter(max_fraction=0.25 if rank == 1 else 0.5, zen_state=state)
     try:
