@@ -22,7 +22,7 @@ def job(request, session_tmp):
                              ["hook", "allreduce", "mismatch", "drift", "raw_args", "dtypes", "record", "ddp",
                               "values_pg", "values", "ddp_flags", "subgroups", "compiled",
                               "wrong_sums", "decisions", "pg_transport",
-                              "record_fail", "fp64_ddp", "half16"])
+                              "record_fail", "fp64_ddp", "half16", "half_ddp"])
     return world, results, log
 
 

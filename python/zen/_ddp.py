@@ -726,10 +726,14 @@ _GLOO_MAX_SEGMENT_BYTES = 1024 * 1024
 
 def _ddp_order(state, buffer):
     """Whether a dense bucket's zen items are summed in Gloo's ring order:
-    float32 or float64 values on a bucket of that dtype, 3 or more ranks (on
-    2 the order does not matter), and a scheme that can (float32: zen;
-    float64: dense or zen; or auto, which then means zen or dense)."""
-    can = {torch.float32: ("auto", "zen"), torch.float64: ("auto", "dense", "zen")}
+    values sent at the bucket's own width, 3 or more ranks (on 2 the order
+    does not matter), and a scheme that can (float32, bfloat16, float16: zen;
+    float64: dense or zen; or auto, which then means zen or dense). zen
+    rounds a 16-bit sum after each addition in that order, as Gloo's ring
+    does at each hop, so a bfloat16/float16 bucket is plain DDP's bit for
+    bit too."""
+    can = {torch.float32: ("auto", "zen"), torch.float64: ("auto", "dense", "zen"),
+           torch.bfloat16: ("auto", "zen"), torch.float16: ("auto", "zen")}
     return (state.ddp_order and state.values == "fp32" and buffer.dtype in can
             and state.world_size >= 3 and state.scheme_id in can[buffer.dtype])
 
