@@ -13,9 +13,10 @@
 
 #include "zen/analysis/auto_scheme.h"
 #include "zen/core/error.h"
-#include "zen/core/partition.h"
 #include "zen/core/topk.h"
+#include "zen/core/worker_pool.h"
 #include "zen/schemes/registry.h"
+#include "zen/schemes/zen/partitioner.h"
 #include "zen/schemes/zen/zen.h"
 #include "zen/testing/ranks.h"
 
