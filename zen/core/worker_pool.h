@@ -12,10 +12,17 @@
 // time (each partitioner or selector owns its pool and is itself used by
 // one thread at a time).
 //
+// Beside it, what every object with a `threads` option shares: the option's
+// check and resolution (CheckedThreads, at most kMaxThreads) and the split
+// of [0, items) into contiguous chunks run on a pool (ParallelChunks).
+//
 // Usage:
 //   zen::WorkerPool pool(4);
 //   std::vector<int64_t> sums(4);
 //   pool.Run(4, [&](int part) { sums[part] = SumOfChunk(part); });
+//   const int threads = zen::CheckedThreads(options.threads, "topk: threads");
+//   zen::ParallelChunks(pool, threads, rows, /*min_chunk=*/16384,
+//                       [&](int chunk, int64_t begin, int64_t end) { Scan(begin, end); });
 #pragma once
 
 #include <algorithm>
