@@ -39,12 +39,12 @@
 #include <random>
 #include <thread>
 
-#include "zen/schemes/zen/decoded_rows.h"
-#include "zen/schemes/zen/row_codec.h"
-#include "zen/core/hierarchical_hash.h"
-#include "zen/core/partition.h"
 #include "zen/core/radix_sort.h"
 #include "zen/core/row_permutation.h"
+#include "zen/schemes/zen/decoded_rows.h"
+#include "zen/schemes/zen/hierarchical_hash.h"
+#include "zen/schemes/zen/partitioner.h"
+#include "zen/schemes/zen/row_codec.h"
 
 namespace zen {
 namespace {

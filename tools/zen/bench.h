@@ -3,7 +3,7 @@
 //
 // Every rank regenerates (synthetic) or reads (trace) all ranks' inputs, so
 // each can check its result against the independent reference
-// (bench_reference.h, memory proportional to the non-zeros); timing
+// (zen/testing/reference.h, memory proportional to the non-zeros); timing
 // and byte figures are measured per rank (wall clock around Sync, the
 // communicator's byte counters) and gathered to rank 0, which prints.
 #pragma once

@@ -10,7 +10,6 @@
 #include <optional>
 
 #include "tools/zen/bench.h"
-#include "tools/zen/bench_reference.h"
 #include "tools/zen/registry_view.h"
 #include "zen/analysis/auto_scheme.h"
 #include "zen/comm/collectives.h"
@@ -66,7 +65,7 @@ std::optional<WireCounters> ReadWire(const std::string& iface) {
 
 // This rank's measurements of one scheme.
 json MeasureScheme(Communicator& comm, const std::string& id, const Workload& workload,
-                   const SparseReference& reference, const BenchConfig& config, int index) {
+                   const DenseReference& reference, const BenchConfig& config, int index) {
   SchemeOptions options;
   options.threads = config.threads;
   options.check_agreement = config.check_agreement;
@@ -291,7 +290,7 @@ json TensorSummary(const Workload& workload) {
 }  // namespace
 
 json RunWorker(Communicator& comm, const Workload& workload, const BenchConfig& config) {
-  const SparseReference reference(workload.per_rank);
+  const DenseReference reference(workload.per_rank);
   const json tensor = TensorSummary(workload);
   json results = json::array();
   for (size_t k = 0; k < config.schemes.size(); ++k) {

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "zen/core/partition.h"
+#include "zen/core/row_owner.h"
 #include "zen/workload/trace.h"
 
 namespace zen {

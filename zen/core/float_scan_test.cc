@@ -114,5 +114,14 @@ TEST(FloatScan, MasksOfOneBlock) {
   }
 }
 
+TEST(RowIsNonZero, ZeroSignAndNaN) {
+  const float neg_zero[2] = {-0.0f, 0.0f};
+  const float nan[2] = {0.0f, std::numeric_limits<float>::quiet_NaN()};
+  const float tiny[1] = {1e-40f};
+  EXPECT_FALSE(RowIsNonZero(neg_zero, 2));
+  EXPECT_TRUE(RowIsNonZero(nan, 2));
+  EXPECT_TRUE(RowIsNonZero(tiny, 1));
+}
+
 }  // namespace
 }  // namespace zen

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "zen/core/partition.h"
 #include "zen/core/reduce.h"
 
 namespace zen {

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <utility>
 #include <vector>
@@ -80,5 +81,29 @@ void ForEachMerged(const Parts& parts, MergeScratch& scratch, Fn&& fn) {
                           T* out_values, MergeScratch& scratch);
 ZEN_FOR_EACH_VALUE_TYPE(ZEN_MERGE_ROWS)
 #undef ZEN_MERGE_ROWS
+
+// Copies one row of width floats. Rows of up to 16 floats are copied
+// inline in 16-byte pieces (the last one overlapping), not by a call to
+// memcpy: a call per row of a narrow tensor (width 4: 16 bytes) costs more
+// than the copy.
+inline void CopyRow(float* dst, const float* src, int64_t width) {
+  const size_t w = static_cast<size_t>(width);
+  if (w >= 4 && w <= 16) {
+    for (size_t k = 0; k + 4 < w; k += 4) std::memcpy(dst + k, src + k, 4 * sizeof(float));
+    std::memcpy(dst + w - 4, src + w - 4, 4 * sizeof(float));
+  } else if (w < 4) {  // width >= 1
+    dst[0] = src[0];
+    if (w > 1) dst[1] = src[1];
+    if (w > 2) dst[2] = src[2];
+  } else {
+    std::memcpy(dst, src, w * sizeof(float));
+  }
+}
+// One row of another value type (float64, the 16-bit types): a memcpy of
+// its bytes.
+template <typename T>
+inline void CopyRow(T* dst, const T* src, int64_t width) {
+  std::memcpy(dst, src, static_cast<size_t>(width) * sizeof(T));
+}
 
 }  // namespace zen

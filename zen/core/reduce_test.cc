@@ -6,7 +6,6 @@
 #include <random>
 
 #include "zen/core/error.h"
-#include "zen/testing/reference.h"
 
 namespace zen {
 namespace {
@@ -52,28 +51,6 @@ TEST(Reduce, SumAllMatchesDenseSum) {
 TEST(Reduce, ShapeMismatchIsRejected) {
   EXPECT_THROW(MergeSum(SparseTensor::Empty(10, 1), SparseTensor::Empty(10, 2)), InvalidArgument);
   EXPECT_THROW(SumAll(std::span<const SparseTensor>{}), InvalidArgument);
-}
-
-TEST(DenseReference, DetectsMissingExtraAndWrongRows) {
-  std::vector<SparseTensor> in = {SparseTensor::FromCoo(10, 1, {1, 4}, {1, 2}),
-                                  SparseTensor::FromCoo(10, 1, {4}, {-2})};
-  const DenseReference ref(in);
-  EXPECT_EQ(ref.present_rows(), 2);
-  EXPECT_EQ(ref.Compare(SumAll(in)).rows_mismatch, 0);
-  EXPECT_EQ(ref.Compare(SumAll(in)).max_rel_error, 0);
-  // Row 4 cancelled to zero but must still be present.
-  EXPECT_EQ(ref.Compare(SparseTensor::FromCoo(10, 1, {1}, {1})).rows_mismatch, 1);
-  // An invented row.
-  EXPECT_EQ(ref.Compare(SparseTensor::FromCoo(10, 1, {1, 4, 7}, {1, 0, 0})).rows_mismatch, 1);
-  // A wrong value: relative to max |ref| = 1.
-  EXPECT_NEAR(ref.Compare(SparseTensor::FromCoo(10, 1, {1, 4}, {1.5, 0})).max_rel_error, 0.5, 1e-9);
-}
-
-TEST(DenseReference, CompareDenseCountsRowsThatShouldBeZero) {
-  std::vector<SparseTensor> in = {SparseTensor::FromCoo(4, 1, {1}, {3})};
-  const DenseReference ref(in);
-  EXPECT_EQ(ref.CompareDense(std::vector<float>{0, 3, 0, 0}).rows_mismatch, 0);
-  EXPECT_EQ(ref.CompareDense(std::vector<float>{0, 3, 1, 0}).rows_mismatch, 1);
 }
 
 // float64 tensors are summed in float64: 1e10 + 1 - 1e10 is 1 (0 in

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "zen/core/error.h"
-#include "zen/core/partition.h"
+#include "zen/core/row_owner.h"
 
 namespace zen {
 namespace {

@@ -12,7 +12,6 @@
 
 #include "zen/core/checked.h"
 #include "zen/core/float_scan.h"
-#include "zen/core/partition.h"
 #include "zen/core/worker_pool.h"
 
 namespace zen {

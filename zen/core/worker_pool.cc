@@ -1,7 +1,9 @@
 // zen/core/worker_pool.cc — see worker_pool.h.
 #include "zen/core/worker_pool.h"
 
+#include <algorithm>
 #include <system_error>
+#include <thread>
 
 #include "zen/core/error.h"
 
@@ -81,6 +83,25 @@ void WorkerPool::Loop(int index) {
     if (error && !error_) error_ = error;
     if (--pending_ == 0) done_.notify_one();
   }
+}
+
+int EffectiveThreads(int threads) {
+  if (threads > 0) return threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+int CheckedThreads(int threads, std::string_view what) {
+  if (threads < 0 || threads > kMaxThreads) {
+    throw InvalidArgument(Where{}, what, " ", threads, " is outside [0, ", kMaxThreads,
+                          "] (0 = one per hardware thread)");
+  }
+  return EffectiveThreads(threads);
+}
+
+int ChunkCount(int threads, int64_t items, int64_t min_chunk) {
+  const int64_t by_size = std::max<int64_t>(1, items / std::max<int64_t>(1, min_chunk));
+  return static_cast<int>(std::min<int64_t>(std::max(1, EffectiveThreads(threads)), by_size));
 }
 
 }  // namespace zen

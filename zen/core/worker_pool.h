@@ -12,15 +12,25 @@
 // time (each partitioner or selector owns its pool and is itself used by
 // one thread at a time).
 //
+// Beside it, what every object with a `threads` option shares: the option's
+// check and resolution (CheckedThreads, at most kMaxThreads) and the split
+// of [0, items) into contiguous chunks run on a pool (ParallelChunks).
+//
 // Usage:
 //   zen::WorkerPool pool(4);
 //   std::vector<int64_t> sums(4);
 //   pool.Run(4, [&](int part) { sums[part] = SumOfChunk(part); });
+//   const int threads = zen::CheckedThreads(options.threads, "topk: threads");
+//   zen::ParallelChunks(pool, threads, rows, /*min_chunk=*/16384,
+//                       [&](int chunk, int64_t begin, int64_t end) { Scan(begin, end); });
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -87,5 +97,40 @@ class WorkerPool {
   bool stop_ = false;
   std::exception_ptr error_;
 };
+
+// 0 -> std::thread::hardware_concurrency() (at least 1); otherwise threads.
+int EffectiveThreads(int threads);
+
+// The most threads one object (a scheme, a partitioner, a top-k selector)
+// may run: each is a kernel thread with its own stack, and a count far above
+// the machine's cores is a mistake that would otherwise end in a bare
+// "Resource temporarily unavailable" from the first parallel call.
+inline constexpr int kMaxThreads = 1024;
+
+// A `threads` option checked and resolved: 0 -> EffectiveThreads(0), else
+// it must be in [1, kMaxThreads]; InvalidArgument naming `what` (the option,
+// e.g. "zen: threads") and the value otherwise.
+int CheckedThreads(int threads, std::string_view what);
+
+// The number of chunks ParallelChunks would use.
+int ChunkCount(int threads, int64_t items, int64_t min_chunk);
+
+// Splits [0, items) into at most min(threads, pool.size()) contiguous
+// chunks of at least min_chunk items (one chunk if items is small) and runs
+// fn(chunk, begin, end) for each on the pool's persistent workers and the
+// calling thread (no thread is created per call). Returns the number of
+// chunks. fn must not throw. One chunk runs inline on the caller: no
+// hand-over and no allocation (the steady state of small calls).
+template <typename Fn>
+int ParallelChunks(WorkerPool& pool, int threads, int64_t items, int64_t min_chunk, const Fn& fn) {
+  const int chunks = ChunkCount(std::min(std::max(threads, 1), pool.size()), items, min_chunk);
+  if (chunks == 1) {
+    fn(0, int64_t{0}, items);
+    return 1;
+  }
+  auto bounds = [&](int c) { return items * c / chunks; };
+  pool.Run(chunks, [&](int c) { fn(c, bounds(c), bounds(c + 1)); });
+  return chunks;
+}
 
 }  // namespace zen

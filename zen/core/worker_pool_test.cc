@@ -3,31 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "zen/core/partition.h"
+#include "zen/testing/threads.h"
 
 namespace zen {
 namespace {
-
-// Threads of this process, from the kernel (/proc/self/status), so the
-// check does not trust the pool's own bookkeeping.
-int ProcessThreads() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "Threads:") {
-      int n = 0;
-      status >> n;
-      return n;
-    }
-  }
-  return -1;
-}
 
 TEST(WorkerPool, RunsEveryPartOnceOnDistinctThreads) {
   WorkerPool pool(4);
@@ -57,21 +41,21 @@ TEST(WorkerPool, RunsEveryPartOnceOnDistinctThreads) {
 }
 
 TEST(WorkerPool, StartsItsWorkersOnceAndReusesThem) {
-  const int before = ProcessThreads();
+  const int before = testing::ProcessThreads();
   ASSERT_GT(before, 0);
   {
     WorkerPool pool(3);
     pool.Run(1, [](int) {});
-    EXPECT_EQ(ProcessThreads(), before);  // one part: no thread
+    EXPECT_EQ(testing::ProcessThreads(), before);  // one part: no thread
     std::atomic<int64_t> sum{0};
     for (int i = 0; i < 2000; ++i) {
       pool.Run(3, [&](int p) { sum += p; });
       ASSERT_EQ(pool.started(), 2);
     }
     EXPECT_EQ(sum.load(), 2000 * 3);
-    EXPECT_EQ(ProcessThreads(), before + 2);
+    EXPECT_EQ(testing::ProcessThreads(), before + 2);
   }
-  EXPECT_EQ(ProcessThreads(), before);  // joined by the destructor
+  EXPECT_EQ(testing::ProcessThreads(), before);  // joined by the destructor
 }
 
 TEST(WorkerPool, RethrowsAPartsExceptionAfterAllPartsFinish) {
@@ -95,24 +79,18 @@ TEST(WorkerPool, RethrowsAPartsExceptionAfterAllPartsFinish) {
   }
 }
 
-// The partitioners' parallel paths run on their own pool: after the first
-// call started it, later calls start no thread (issue 14: no thread created
-// per call).
-TEST(WorkerPool, PartitionersCreateNoThreadPerCall) {
-  const int64_t rows = 200000, width = 2;  // several chunks of 16384 rows
-  std::vector<float> dense(static_cast<size_t>(rows * width), 0.0f);
-  for (int64_t r = 0; r < rows; r += 3) dense[static_cast<size_t>(r * width)] = 1.0f;
-  const RowOwner owner = RowOwner::Permuted(5, rows, 4);
-  for (const char* kind : {"counting", "hierarchical"}) {
-    auto part = MakePartitioner(kind, 3);
-    Partitions p;
-    part->PartitionDense(dense, rows, width, owner, p);
-    const int after_first = ProcessThreads();
-    for (int i = 0; i < 20; ++i) {
-      part->PartitionDense(dense, rows, width, owner, p);
-      ASSERT_EQ(ProcessThreads(), after_first) << kind << " call " << i;
+TEST(ParallelChunks, CoversEveryItemOnce) {
+  for (int threads : {1, 2, 5}) {
+    WorkerPool pool(threads);
+    for (int64_t items : {0, 1, 10, 1000, 12345}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(items));
+      const int chunks = ParallelChunks(pool, threads, items, 100, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      EXPECT_EQ(chunks, ChunkCount(threads, items, 100));
+      EXPECT_LE(chunks, threads);
+      for (int64_t i = 0; i < items; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1);
     }
-    EXPECT_EQ(p.total(), (rows + 2) / 3) << kind;
   }
 }
 

@@ -12,23 +12,35 @@
 // rounds at each hop (the ring, sparcml) must stay within n x u x sum|x_i|
 // of it (u = 2^-8 for bfloat16, 2^-11 for float16: each of at most n
 // roundings is off by at most u of a partial sum).
+//
+// Also here: shapes near int64 limits (AllSchemesOverflow) and a scripted
+// peer that lies about sizes (HostilePeerTest).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include "zen/testing/ranks.h"
+#include "zen/comm/collectives.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
 #include "zen/schemes/registry.h"
 #include "zen/testing/reference.h"
+#include "zen/testing/scripted_communicator.h"
 #include "zen/workload/synthetic.h"
 
 namespace zen {
@@ -740,6 +752,244 @@ TEST(Half16, WireValuesOnA16BitTensorAreInvalidOnEveryRank) {
     EXPECT_EQ(raised, 2);
   }
 }
+
+// ---- Overflow and lost rows in the schemes' size arithmetic (issue 13,
+// item 2), in-process; the real-process Gloo version, with `auto`, is
+// zen/analysis/all_schemes_test.cc. Shapes near int64 limits with a handful
+// of ids must either sum exactly (memory proportional to the non-zeros) or
+// raise a zen error naming rank and tensor on every rank; a dense buffer
+// whose rows x width wraps size_t must never be accepted as the small buffer
+// the wrapped product names.
+
+constexpr int64_t kMaxRows = std::numeric_limits<int64_t>::max();
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+struct Shape {
+  int64_t rows, width;
+};
+
+// Three ranks' inputs touching the first, middle and last rows.
+std::vector<SparseTensor> EdgeInputs(Shape s, int world) {
+  std::vector<SparseTensor> in;
+  const int64_t last = s.rows - 1, mid = s.rows / 2;
+  const std::vector<std::vector<int64_t>> ids = {{0, last}, {mid, last}, {0, mid, last}};
+  for (int r = 0; r < world; ++r) {
+    const auto& mine = ids[static_cast<size_t>(r) % ids.size()];
+    std::vector<float> values;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      for (int64_t j = 0; j < s.width; ++j) values.push_back(static_cast<float>(r + 1 + i + j));
+    }
+    in.push_back(SparseTensor::FromSorted(s.rows, s.width, mine, values, "emb"));
+  }
+  return in;
+}
+
+// Every rank must return the exact sum, or every rank must raise a zen
+// error naming its rank and the tensor; never a crash, a lost row, or
+// std::bad_alloc / std::length_error.
+void ExpectExactOrErrorEverywhere(const std::string& scheme, Shape s, int world, bool must_sum) {
+  SCOPED_TRACE(::testing::Message() << scheme << " rows " << s.rows << " width " << s.width
+                                    << " world " << world);
+  const std::vector<SparseTensor> inputs = EdgeInputs(s, world);
+  const DenseReference reference(inputs);
+  std::vector<SparseTensor> results(static_cast<size_t>(world));
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  testing::RunRanks(Backend::kInProc, world, [&](Communicator& comm) {
+    const size_t r = static_cast<size_t>(comm.rank());
+    auto sch = BuiltinSchemes().Create(scheme);
+    try {
+      results[r] = sch->Sync(comm, inputs[r]);
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    } catch (const std::bad_alloc& e) {
+      errors[r] = std::string("escaped std::bad_alloc: ") + e.what();
+    } catch (const std::length_error& e) {
+      errors[r] = std::string("escaped std::length_error: ") + e.what();
+    }
+  });
+  if (errors[0].empty()) {
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(errors[static_cast<size_t>(r)].empty())
+          << "rank 0 summed but rank " << r << " raised " << errors[static_cast<size_t>(r)];
+      const Agreement a = reference.Compare(results[static_cast<size_t>(r)]);
+      EXPECT_EQ(a.rows_mismatch, 0) << "rank " << r << " lost or invented rows";
+      EXPECT_LE(a.max_rel_error, 1e-6) << "rank " << r;
+    }
+    return;
+  }
+  EXPECT_FALSE(must_sum) << "rank 0: " << errors[0];
+  for (int r = 0; r < world; ++r) {
+    const std::string& e = errors[static_cast<size_t>(r)];
+    EXPECT_FALSE(e.empty()) << "rank 0 raised, rank " << r << " returned";
+    EXPECT_FALSE(Has(e, "escaped")) << e;
+    EXPECT_TRUE(Has(e, "rank " + std::to_string(r))) << e;
+    EXPECT_TRUE(Has(e, "tensor 'emb'")) << e;
+  }
+}
+
+// Found by the issue 13 probe: omnireduce at world 2 returned only id 0 of
+// ids {0, rows - 1} for rows near 2^63: its block count (total + B - 1) / B
+// and block ends (b + 1) x B wrapped. The sparse schemes must sum such
+// tensors exactly (memory proportional to the non-zeros); schemes that
+// densify must refuse on every rank.
+TEST(AllSchemesOverflow, ShapesNearInt64LimitsSumExactlyOrFailEverywhere) {
+  const std::vector<Shape> shapes = {{kMaxRows, 1},
+                                     {(int64_t{1} << 62) + 1, 1},
+                                     {kMaxRows / 3, 3},
+                                     {kMaxRows / 64, 64},
+                                     {(int64_t{1} << 40) + 7, 1000}};
+  for (const SchemeInfo& info : BuiltinSchemes().schemes()) {
+    const std::string name(info.id);
+    const bool sparse = name == "agsparse" || name == "sparcml" || name == "sparse_ps" ||
+                        name == "omnireduce";
+    for (const Shape& s : shapes) {
+      // zen's permutation covers rows up to 2^62 (issue 13 item 4): exact
+      // there, refused on every rank above.
+      const bool exact = sparse || (name == "zen" && s.rows <= (int64_t{1} << 62));
+      for (int world : {2, 3}) ExpectExactOrErrorEverywhere(name, s, world, exact);
+    }
+  }
+}
+
+// Found by the issue 13 probe: sync_dense with rows 2^62 + 1 and width 4
+// (rows x width wraps size_t to 4) crashed agsparse, sparcml, omnireduce
+// and sparse_ps with SIGSEGV: FromDense accepted the 4-float buffer and read
+// 2^62 rows past it.
+TEST(AllSchemesOverflow, DenseBufferOfAWrappingShapeIsRejectedEverywhere) {
+  const int64_t rows = (int64_t{1} << 62) + 1, width = 4;
+  for (const SchemeInfo& info : BuiltinSchemes().schemes()) {
+    SCOPED_TRACE(info.id);
+    std::vector<std::string> errors(2);
+    testing::RunRanks(Backend::kInProc, 2, [&](Communicator& comm) {
+      std::vector<float> buffer = {1, 0, 0, 2};
+      auto sch = BuiltinSchemes().Create(info.id);
+      try {
+        sch->SyncDense(comm, buffer, rows, width, "bucket0");
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(comm.rank())] = e.what();
+      }
+    });
+    for (const std::string& e : errors) {
+      EXPECT_FALSE(e.empty()) << "a rank accepted the buffer";
+      EXPECT_TRUE(Has(e, "tensor 'bucket0'")) << "'" << e << "'";
+      EXPECT_TRUE(Has(e, "overflows")) << "'" << e << "'";
+    }
+  }
+}
+
+// ---- Hostile sizes from a peer: rank 0 runs the real scheme; its only
+// peer is a script that answers each receive with what rank 0 sent under
+// that tag, except that every size, count or header (an 8-byte message after
+// the metadata exchange) and every length a framed message announces
+// (RecvUpTo) is a lie. The scheme must raise zen::FormatError before
+// allocating what the peer announced (a regression test: the collectives
+// used to resize to any announced size). Arbitrary corruption of every
+// message is the job of fuzz/peer_fuzz.cc.
+
+using testing::Announce;
+using testing::Script;
+using testing::ScriptedComm;
+
+ByteBuffer Mirror(std::deque<ByteBuffer>& sent) {
+  if (sent.empty()) throw TransportError(Where{0}, "scripted peer has nothing to answer");
+  ByteBuffer b = std::move(sent.front());
+  sent.pop_front();
+  return b;
+}
+
+ByteBuffer Int64Bytes(int64_t v) {
+  ByteBuffer b(sizeof(v));
+  std::memcpy(b.data(), &v, sizeof(v));
+  return b;
+}
+
+SparseTensor Input() {
+  SyntheticSpec spec;
+  spec.rows = 3000;
+  spec.width = 3;
+  spec.density = 0.05;
+  spec.seed = 7;
+  return GenerateSyntheticRank(spec, 0);
+}
+
+class HostilePeerTest : public ::testing::TestWithParam<std::string> {};
+
+// Every 8-byte answer after the metadata exchange (sizes, counts, headers)
+// announces `announced`; the scheme must reject it before allocating.
+void ExpectRejected(const std::string& scheme, int64_t announced) {
+  // The ring's chunk sizes are known locally (a wrong size is the
+  // transport's FormatError); it receives no announced size to lie about.
+  if (scheme == "dense") GTEST_SKIP() << "dense ring receives no announced sizes";
+  const SparseTensor local = Input();
+  int lies = 0;
+  ScriptedComm comm([&](Tag tag, size_t size, std::deque<ByteBuffer>& sent) {
+    ByteBuffer b = Mirror(sent);
+    if (tag != kControlTag && size == sizeof(int64_t)) {
+      ++lies;
+      return Int64Bytes(announced);
+    }
+    return b;
+  }, [&](Tag tag, int64_t truth) {
+    if (tag == kControlTag) return truth;
+    ++lies;
+    return announced;
+  });
+  auto s = BuiltinSchemes().Create(scheme);
+  try {
+    s->Sync(comm, local);
+    ADD_FAILURE() << scheme << " accepted an announced size of " << announced << " (" << lies
+                  << " lies)";
+  } catch (const FormatError& e) {
+    EXPECT_GT(lies, 0);
+    EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+  } catch (const std::bad_alloc& e) {
+    ADD_FAILURE() << scheme << " tried to allocate " << announced
+                  << " announced bytes: " << e.what();
+  } catch (const std::length_error& e) {
+    ADD_FAILURE() << scheme << " tried to allocate " << announced
+                  << " announced bytes: " << e.what();
+  }
+}
+
+TEST_P(HostilePeerTest, HugeAnnouncedSizeIsFormatError) {
+  ExpectRejected(GetParam(), int64_t{1} << 44);
+}
+TEST_P(HostilePeerTest, NegativeAnnouncedSizeIsFormatError) { ExpectRejected(GetParam(), -24); }
+TEST_P(HostilePeerTest, OneRowTooManyIsFormatError) {
+  // More rows than the tensor has: 3001 rows of width 3 in COO.
+  ExpectRejected(GetParam(), 3001 * (8 + 3 * 4) + 32);
+}
+
+// Found by fuzz/peer_fuzz.cc (an ASan heap-buffer-overflow): the dense
+// ring OR-reduces a row-presence bitmap, and bits a peer sets past `rows` in
+// its last word became ids outside the tensor, read from beyond the dense
+// buffer. Rows 3018 (48 words, tail of 10 bits) split evenly over 2 ranks.
+TEST(HostilePeerDenseTest, PresenceBitsPastTheRowsAreFormatError) {
+  SyntheticSpec spec;
+  spec.rows = 64 * 47 + 10;
+  spec.width = 3;
+  spec.density = 0.05;
+  const SparseTensor local = GenerateSyntheticRank(spec, 0);
+  const size_t bitmap_chunk = 24 * sizeof(uint64_t);
+  ScriptedComm comm([&](Tag, size_t size, std::deque<ByteBuffer>& sent) {
+    ByteBuffer b = Mirror(sent);
+    if (size == bitmap_chunk) std::fill(b.end() - 8, b.end(), std::byte{0xff});
+    return b;
+  });
+  auto s = BuiltinSchemes().Create("dense");
+  try {
+    s->Sync(comm, local);
+    ADD_FAILURE() << "a presence bitmap with rows past the tensor was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("3018"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, HostilePeerTest, ::testing::ValuesIn(BuiltinSchemes().ids()),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace zen

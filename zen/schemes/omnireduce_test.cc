@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "zen/testing/ranks.h"
 #include "zen/core/error.h"
 #include "zen/core/reduce.h"
+#include "zen/schemes/registry.h"
 #include "zen/testing/reference.h"
 #include "zen/workload/synthetic.h"
 
@@ -93,6 +96,23 @@ TEST(OmniReduceTest, RejectsZeroBlockSize) {
   SchemeOptions options;
   options.block_values = 0;
   EXPECT_THROW(OmniReduceInfo().factory(options), InvalidArgument);
+}
+
+// Block geometry near int64 limits (issue 13, item 2): found by the issue 13
+// probe, omnireduce at world 2 lost rows near 2^63.
+TEST(OmniReduceTest, GeometryNearInt64Limits) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // (kMax + 255) / 256 wrapped to a negative block count.
+  EXPECT_EQ(OmniBlockCount(kMax, 1, 256), kMax / 256 + 1);
+  EXPECT_EQ(OmniBlockCount(kMax / 3, 3, 256), (kMax / 3 * 3) / 256 + 1);
+  // The last block holds kMax % 256 = 255 values; (b + 1) x 256 wrapped.
+  EXPECT_EQ(OmniBlockRecordBytes(kMax / 256, kMax, 1, 256), 8u + 32u + 255u * 4u);
+  EXPECT_EQ(OmniBlockRecordBytes(0, kMax, 1, 256), 8u + 32u + 256u * 4u);
+  EXPECT_THROW(OmniBlockCount(kMax, 2, 256), InvalidArgument);
+  EXPECT_THROW(OmniBlockRecordBytes(kMax / 256 + 1, kMax, 1, 256), InvalidArgument);
+  SchemeOptions o;
+  o.block_values = kMax;
+  EXPECT_THROW(BuiltinSchemes().Create("omnireduce", o), InvalidArgument);
 }
 
 }  // namespace

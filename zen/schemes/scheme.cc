@@ -10,7 +10,7 @@
 #include "zen/core/checked.h"
 #include "zen/core/error.h"
 #include "zen/core/hash.h"
-#include "zen/core/partition.h"
+#include "zen/core/worker_pool.h"
 
 namespace zen {
 

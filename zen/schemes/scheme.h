@@ -64,7 +64,7 @@ struct SchemeOptions {
   bool check_agreement = true;
   int64_t block_values = 256;     // block size (OmniReduce, auto's profile): [1, kMaxBlockValues]
   int threads = 0;                // local worker threads; 0 = hardware concurrency,
-                                  // at most kMaxThreads (partition.h)
+                                  // at most kMaxThreads (worker_pool.h)
   // A block is at most 2^30 values (4 GiB of floats): record sizes then fit
   // size_t with room to spare.
   static constexpr int64_t kMaxBlockValues = int64_t{1} << 30;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <mutex>
 
 #include "zen/testing/ranks.h"
@@ -111,6 +113,20 @@ TEST(SparcmlTest, GlooTcp) {
   const auto inputs = GenerateSynthetic(
       ParseSyntheticSpec("zipf:rows=2000,width=16,density=0.05,skew=1.1,seed=3"), 5);
   RunExact(Backend::kGlooTcp, inputs);
+}
+
+// Sizes near int64 limits (issue 13, item 2): the dense-stream size
+// saturates instead of wrapping.
+TEST(SparcmlTest, DenseSizeSaturatesNearInt64Limits) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // Before: 2^62 + 1 rows x 4 bytes wrapped to a small dense size, so a
+  // 2-row COO stream of width 1 counted as "larger than dense" and was
+  // densified into 2^62 floats.
+  EXPECT_EQ(SparcmlDenseBytes((int64_t{1} << 62) + 1, 1), SIZE_MAX);
+  EXPECT_FALSE(SparcmlIsDense(2, (int64_t{1} << 62) + 1, 1));
+  EXPECT_FALSE(SparcmlIsDense(2, kMax, 1));
+  EXPECT_TRUE(SparcmlIsDense(1000, 1000, 1));
+  EXPECT_EQ(SparcmlStreamBytes(2, kMax, 1), 24u);
 }
 
 }  // namespace

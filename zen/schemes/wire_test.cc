@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "zen/core/error.h"
@@ -36,6 +38,18 @@ TEST(ViewCoo, ViewsWhatDecodeCooDecodesAndRefusesMisalignedMessages) {
   EXPECT_THROW(ViewCoo(odd, 10, 2, where, 3), InvalidArgument);
   const SparseTensor copied = DecodeCoo(odd, 10, 2, where, 3);  // any alignment
   EXPECT_EQ(std::vector<float>(copied.values().begin(), copied.values().end()), values);
+}
+
+// Wire sizes near int64 limits (issue 13, item 2) saturate instead of
+// wrapping.
+TEST(WireSizes, SaturateInsteadOfWrapping) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(CooBytes(3, 2), 3u * (8 + 8));
+  EXPECT_EQ(CooBytes(size_t{1} << 62, 64), SIZE_MAX);
+  EXPECT_EQ(CooBytes(1, kMax), SIZE_MAX);
+  EXPECT_EQ(CooBytesBound(kMax, 1), kMax);
+  EXPECT_EQ(CooBytesBound(10, kMax), kMax);  // per-row bytes beyond int64: capped, not -1
+  EXPECT_EQ(CooBytesBound(10, 2), 160);
 }
 
 }  // namespace

@@ -9,10 +9,11 @@
 namespace zen {
 namespace {
 
-void CheckSameShape(const SparseTensor& a, const SparseTensor& b) {
-  if (a.rows() != b.rows() || a.width() != b.width()) {
-    throw InvalidArgument(Where{-1, a.name()}, "shape [", a.rows(), ", ", a.width(),
-                          "] does not match [", b.rows(), ", ", b.width(), "]");
+// The ranks' inputs of one call must have one shape.
+void CheckSameShape(const SparseTensor& first, const SparseTensor& t) {
+  if (t.rows() != first.rows() || t.width() != first.width()) {
+    throw MismatchError(Where{-1, t.name()}, "shape [", t.rows(), ", ", t.width(),
+                        "] differs from [", first.rows(), ", ", first.width(), "]");
   }
 }
 
@@ -82,6 +83,7 @@ Agreement DenseReference::Compare(const SparseTensor& got) const {
   auto ids = got.ids();
   // Every value as double (float32 and 16-bit values widen exactly).
   std::vector<double> vals;
+  vals.reserve(got.ids().size() * w);
   WithValueType(got.dtype(), [&]<typename T>() {
     for (T v : got.values<T>()) vals.push_back(static_cast<double>(Widen(v)));
   });

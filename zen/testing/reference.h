@@ -2,10 +2,13 @@
 // against (zen_testing: tests, the bench's verification; not installed).
 //
 // DenseReference is deliberately independent of the reduction kernels
-// (zen/core/reduce.h): it sums every input in double precision into the
-// sorted union of their rows (16-bit values widened exactly), so a test that compares a scheme's result with
-// it does not share code with the scheme. Its memory is proportional to the
-// non-zeros, not to rows x width (rows 2^62 with a few ids are fine).
+// (zen/core/reduce.h): it sums every input in double precision, in input
+// order, into the sorted union of their rows (16-bit values widened
+// exactly), so a test that compares a scheme's result with it does not
+// share code with the scheme. Its memory is proportional to the non-zeros,
+// not to rows x width (rows 2^62 with a few ids are fine), which is what
+// lets `zen bench` check tables of 10^9 rows (tools/zen/bench_worker.cc).
+// Inputs of different shapes are a MismatchError.
 //
 // Usage:
 //   zen::DenseReference ref(inputs);                       // independent
@@ -34,9 +37,13 @@ class DenseReference {
   explicit DenseReference(std::span<const SparseTensor> inputs);
 
   Agreement Compare(const SparseTensor& got) const;
-  // For results written back into a dense buffer: rows_mismatch counts
-  // present rows that are non-zero in neither (cannot tell cancellation), so
-  // only value errors and rows that should be zero but are not are counted.
+  // For a result written densely (Scheme::SyncInto, `zen bench --output
+  // dense`): [rows x width] values. The present rows are compared with the
+  // sum; every other row must be all zero, and one that is not counts as a
+  // mismatched row. A present row left zero counts only in max_rel_error (a
+  // dense buffer cannot tell it from a row whose sum cancelled to zero).
+  // A buffer of another size is an infinite error with every present row
+  // mismatched.
 #define ZEN_COMPARE_DENSE(T, ...) Agreement CompareDense(std::span<const T> got) const;
   ZEN_FOR_EACH_VALUE_TYPE(ZEN_COMPARE_DENSE)
 #undef ZEN_COMPARE_DENSE

@@ -1,19 +1,29 @@
 // The synthetic generator: O(non-zeros) memory at any row count (2^31 and
 // 2^40 rows at a few non-zeros), and the same law as weighted sampling
 // without replacement by explicit keys over every row (the reference here,
-// written out independently), for Zipf skew and uniform.
+// written out independently), for Zipf skew and uniform; specs with numbers
+// beyond int64 and generators beyond memory are zen errors.
 #include "zen/workload/synthetic.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <new>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#include "zen/core/error.h"
 
 namespace zen {
 namespace {
+
+using ::testing::HasSubstr;
 
 void ExpectValid(const SparseTensor& t, int64_t rows, int64_t nnz) {
   EXPECT_EQ(t.rows(), rows);
@@ -90,6 +100,79 @@ TEST(SyntheticTest, SameLawAsExplicitKeysOverEveryRowForZipfAndUniform) {
       EXPECT_NEAR(got[16] / (trials * nnz), 17232.0 / 50000, 0.02);
     }
   }
+}
+
+// ---- Spec numbers and shapes near int64 limits (issue 13, item 2): every
+// failure is a zen error naming what is wrong; never a wrapped size, UB,
+// std::bad_alloc or std::length_error.
+
+template <typename F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  } catch (const std::bad_alloc& e) {
+    return std::string("escaped std::bad_alloc: ") + e.what();
+  } catch (const std::length_error& e) {
+    return std::string("escaped std::length_error: ") + e.what();
+  }
+  return "";
+}
+
+// Before: rows=1e300 and rows=inf went through static_cast<int64_t>(double),
+// which is undefined behaviour (UBSan: "outside the range of representable
+// values"); the result was whatever the CPU gave (INT64_MIN on x86).
+TEST(SyntheticTest, SyntheticNumbersBeyondInt64AreRejected) {
+  for (const char* spec : {"zipf:rows=1e300", "zipf:rows=inf", "zipf:rows=-inf",
+                           "zipf:rows=9.3e18", "zipf:width=1e19", "zipf:seed=1e20",
+                           "zipf:rows=nan"}) {
+    EXPECT_THAT(ErrorOf([&] { ParseSyntheticSpec(spec); }), HasSubstr("synthetic")) << spec;
+  }
+  EXPECT_THAT(ErrorOf([] { ParseSyntheticSpec("zipf:rows=1e300"); }),
+              HasSubstr("rows=1e300 is outside the int64 range"));
+  // 2^62 x 4 elements: beyond int64.
+  EXPECT_THAT(ErrorOf([] { ParseSyntheticSpec("zipf:rows=4611686018427387904,width=4"); }),
+              HasSubstr("overflows int64"));
+  // The largest values that fit are accepted by the parser.
+  EXPECT_EQ(ParseSyntheticSpec("zipf:rows=9223372036854775807,width=1").rows,
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(ParseSyntheticSpec("zipf:rows=4e18,width=2").rows, int64_t{4000000000000000000});
+}
+
+// Before: seed=-1 parsed to 2^64 - 1, which ToString printed and the parser
+// then rejected (from_chars into int64 overflowed, the double path cast
+// 1.8e19 to int64: UB). Every printed spec parses back to the same spec.
+TEST(SyntheticTest, SyntheticSpecsRoundTripThroughToString) {
+  for (const char* text : {"zipf:seed=-1", "zipf:seed=18446744073709551615",
+                           "zipf:rows=9223372036854775807,width=1,seed=9223372036854775808"}) {
+    const SyntheticSpec s = ParseSyntheticSpec(text);
+    const SyntheticSpec back = ParseSyntheticSpec(ToString(s));
+    EXPECT_EQ(back.seed, s.seed) << text;
+    EXPECT_EQ(back.rows, s.rows) << text;
+  }
+  EXPECT_EQ(ParseSyntheticSpec("zipf:seed=-1").seed, std::numeric_limits<uint64_t>::max());
+}
+
+// Generating a spec that cannot fit in memory is a zen error naming rank
+// and spec, not std::bad_alloc (rows 2^62 need 2^66 bytes of sampling keys;
+// density 1 of 2^62 rows needs 2^65 bytes of ids); and llround(density x
+// rows) is never asked for 2^63.
+TEST(SyntheticTest, SyntheticGeneratorOutOfMemoryIsAZenError) {
+  SyntheticSpec s;
+  // Sampling needs memory in proportion to the rows drawn (not to rows):
+  // 2^62 x 1e-3 of them cannot fit.
+  s.rows = int64_t{1} << 62;
+  s.width = 1;
+  s.density = 1e-3;
+  std::string e = ErrorOf([&] { GenerateSyntheticRank(s, 3); });
+  EXPECT_THAT(e, HasSubstr("rank 3, tensor 'synthetic'"));
+  EXPECT_THAT(e, HasSubstr("sampling keys"));
+  s.density = 1;
+  s.rows = std::numeric_limits<int64_t>::max();
+  e = ErrorOf([&] { GenerateSyntheticRank(s, 0); });
+  EXPECT_THAT(e, HasSubstr("rank 0, tensor 'synthetic'"));
+  EXPECT_THAT(e, HasSubstr("ids of every row"));
 }
 
 }  // namespace

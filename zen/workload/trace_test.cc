@@ -562,5 +562,23 @@ TEST(TraceMalformedTest, BadIds) {
   }
 }
 
+// A sparse tensor of 2^62 rows travels through a trace exactly: the format
+// and the reader size everything by the non-zeros.
+TEST(TraceTest, TraceOfHugeSparseTensorsRoundTrips) {
+  const int64_t rows = int64_t{1} << 62;
+  Trace t;
+  t.world_size = 2;
+  t.Add("step0.emb", {SparseTensor::FromCoo(rows, 1, {0, rows - 1}, {1, 2}),
+                      SparseTensor::FromCoo(rows, 1, {rows / 2}, {3})});
+  const std::string path = TempPath("huge.safetensors");
+  WriteTrace(path, t);
+  const Trace back = ReadTrace(path);
+  ASSERT_EQ(back.tensors.size(), 1u);
+  EXPECT_EQ(back.tensors[0].rows, rows);
+  EXPECT_EQ(back.Get("step0.emb", 0).ids()[1], rows - 1);
+  EXPECT_EQ(back.Get("step0.emb", 1).ids()[0], rows / 2);
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace zen

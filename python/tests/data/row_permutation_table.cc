@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "zen/core/partition.h"
+#include "zen/core/row_owner.h"
 #include "zen/core/row_permutation.h"
 
 namespace {

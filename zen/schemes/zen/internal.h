@@ -21,8 +21,8 @@
 #include "zen/core/checked.h"
 #include "zen/core/dtype.h"
 #include "zen/core/error.h"
-#include "zen/core/partition.h"
 #include "zen/schemes/scheme.h"
+#include "zen/schemes/zen/partitioner.h"
 #include "zen/schemes/zen/row_codec.h"
 
 namespace zen::zen_internal {

@@ -72,7 +72,7 @@
 #include <vector>
 
 #include "zen/core/error.h"
-#include "zen/core/partition.h"
+#include "zen/core/row_owner.h"
 #include "zen/core/wire_values.h"
 
 namespace zen {

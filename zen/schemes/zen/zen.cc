@@ -3,6 +3,7 @@
 #include "zen/schemes/zen/zen.h"
 
 #include "zen/core/error.h"
+#include "zen/core/worker_pool.h"
 
 namespace zen {
 

@@ -24,7 +24,7 @@
 // Values of every dtype it declares (float32, float64, bfloat16, float16):
 // each call turns the tensor's dtype into its value type T once
 // (WithValueType) and runs its phases as templates on T; the partitioners
-// (zen/core/partition.h) take rows of T, and the push and pull move rows as
+// (partitioner.h) take rows of T, and the push and pull move rows as
 // bytes (row_codec.h: value_bytes), at the dtype's own width. Sums are
 // formed in AccumOf<T> (float64 in float64; bfloat16 and float16 in float32,
 // read from the pushed 16-bit values) and rounded once when the owner
@@ -80,9 +80,9 @@
 #include "zen/comm/collectives.h"
 #include "zen/core/function_ref.h"
 #include "zen/core/merge_rows.h"
-#include "zen/core/partition.h"
 #include "zen/core/radix_sort.h"
 #include "zen/schemes/registry.h"
+#include "zen/schemes/zen/partitioner.h"
 #include "zen/schemes/zen/row_codec.h"
 
 namespace zen {

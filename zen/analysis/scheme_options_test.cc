@@ -13,9 +13,10 @@
 
 #include "zen/analysis/auto_scheme.h"
 #include "zen/core/error.h"
-#include "zen/core/partition.h"
 #include "zen/core/topk.h"
+#include "zen/core/worker_pool.h"
 #include "zen/schemes/registry.h"
+#include "zen/schemes/zen/partitioner.h"
 #include "zen/schemes/zen/zen.h"
 #include "zen/testing/ranks.h"
 
@@ -49,7 +50,7 @@ void ExpectNamed(const std::string& what, const std::string& scheme, const BadOp
   EXPECT_NE(what.find(bad.option + " " + bad.value), std::string::npos) << what;
 }
 
-TEST(ReliabilityOptions, EveryFactoryRefusesEveryBadSchemeOption) {
+TEST(SchemeOptions, EveryFactoryRefusesEveryBadSchemeOption) {
   const SchemeRegistry registry = AllSchemes();
   ASSERT_GE(registry.schemes().size(), 7u);
   for (const SchemeInfo& info : registry.schemes()) {
@@ -73,7 +74,7 @@ TEST(ReliabilityOptions, EveryFactoryRefusesEveryBadSchemeOption) {
 
 // The case: auto with block_values 0 syncing a tensor at world size
 // 1 and 2 raises InvalidArgument when built; the valid bounds still work.
-TEST(ReliabilityOptions, AutoBlockValuesZeroIsRefusedNotSigfpe) {
+TEST(SchemeOptions, AutoBlockValuesZeroIsRefusedNotSigfpe) {
   SchemeOptions zero;
   zero.block_values = 0;
   EXPECT_THROW(AllSchemes().Create("auto", zero), InvalidArgument);
@@ -91,7 +92,7 @@ TEST(ReliabilityOptions, AutoBlockValuesZeroIsRefusedNotSigfpe) {
   }
 }
 
-TEST(ReliabilityOptions, AutoRefusesEveryBadAutoOption) {
+TEST(SchemeOptions, AutoRefusesEveryBadAutoOption) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   struct Case {
@@ -146,7 +147,7 @@ TEST(ReliabilityOptions, AutoRefusesEveryBadAutoOption) {
   EXPECT_NO_THROW(AutoScheme(BuiltinSchemes(), edge));
 }
 
-TEST(ReliabilityOptions, ZenConfigAndThreadsOfCoreObjects) {
+TEST(SchemeOptions, ZenConfigAndThreadsOfCoreObjects) {
   ZenConfig bad;
   bad.ownership = static_cast<ZenOwnership>(5);
   EXPECT_THROW(ZenScheme({}, bad), InvalidArgument);

@@ -1,4 +1,4 @@
-#include "zen/core/hierarchical_hash.h"
+#include "zen/schemes/zen/hierarchical_hash.h"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ std::vector<int64_t> RandomRows(int64_t rows, double density, uint64_t seed) {
 }
 
 // The counting partitioner is the reference (itself checked against brute
-// force in partition_test): identical offsets, ids and values.
+// force in partitioner_test.cc): identical offsets, ids and values.
 void ExpectSameAsCounting(std::span<const float> dense, int64_t rows, int64_t width,
                           const RowOwner& owner, HierarchicalHashPartitioner& hh) {
   Partitions want, got;

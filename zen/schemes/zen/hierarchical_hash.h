@@ -1,4 +1,4 @@
-// zen/core/hierarchical_hash.h — Algorithm 1 of the ZEN paper (hierarchical
+// zen/schemes/zen/hierarchical_hash.h — Algorithm 1 of the ZEN paper (hierarchical
 // hashing), on CPU threads: non-zero rows of a gradient go straight into
 // per-server partitions without a global sort or a counting pre-pass.
 //
@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "zen/core/partition.h"
+#include "zen/schemes/zen/partitioner.h"
 
 namespace zen {
 
@@ -67,7 +67,7 @@ class HierarchicalHashPartitioner final : public Partitioner {
   ~HierarchicalHashPartitioner() override;
 
   std::string_view name() const override { return "hierarchical"; }
-  ZEN_PARTITIONER_OVERRIDES  // every value type (partition.h)
+  ZEN_PARTITIONER_OVERRIDES  // every value type (partitioner.h)
 
   const HierarchicalHashStats& last_stats() const { return stats_; }
   const HierarchicalHashConfig& config() const { return config_; }

@@ -1,4 +1,4 @@
-#include "zen/core/hierarchical_hash.h"
+#include "zen/schemes/zen/hierarchical_hash.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,10 @@
 #include <vector>
 
 #include "zen/core/error.h"
+#include "zen/core/float_scan.h"
+#include "zen/core/merge_rows.h"
 #include "zen/core/radix_sort.h"
+#include "zen/core/worker_pool.h"
 
 namespace zen {
 namespace {
