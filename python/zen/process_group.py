@@ -437,18 +437,20 @@ def _encode_index(pos, encoding, domain):
         return wrapped.to(torch.int32).view(torch.uint8)
     if encoding == _ELIAS_FANO:
         # L low bits per position, then the high parts in unary: bit
-        # (pos >> L) + i set for the i-th position.
+        # (pos >> L) + i set for the i-th position; both streams in one bit
+        # tensor, packed at once (each stream starts at a byte).
         count = pos.numel()
         low = _ef_low_bits(count, domain)
-        j = torch.arange(low, dtype=torch.int64, device=pos.device)
-        low_bits = ((pos.unsqueeze(1) >> j) & 1).to(torch.uint8).view(-1)
-        high_bits = torch.zeros(count + ((domain - 1) >> low) + 1, dtype=torch.uint8,
-                                device=pos.device)
-        high_bits[(pos >> low) + torch.arange(count, device=pos.device)] = 1
-        return torch.cat([_pack_bits(low_bits), _pack_bits(high_bits)])
+        nlow = (count * low + 7) // 8
+        nhigh = (count + ((domain - 1) >> low) + 1 + 7) // 8
+        bits = torch.zeros(8 * (nlow + nhigh), dtype=torch.uint8, device=pos.device)
+        if low:
+            j = torch.arange(low, dtype=torch.int64, device=pos.device)
+            bits[:count * low] = ((pos.unsqueeze(1) >> j) & 1).view(-1)
+        ones = (pos >> low) + torch.arange(8 * nlow, 8 * nlow + count, device=pos.device)
+        return _pack_bits(bits.index_fill_(0, ones, 1))
     bits = torch.zeros(domain, dtype=torch.uint8, device=pos.device)
-    bits[pos] = 1
-    return _pack_bits(bits)
+    return _pack_bits(bits.index_fill_(0, pos, 1))
 
 
 def _decode_index(raw, encoding, count, domain):
@@ -459,11 +461,13 @@ def _decode_index(raw, encoding, count, domain):
     if encoding == _ELIAS_FANO:
         low = _ef_low_bits(count, domain)
         nlow = (count * low + 7) // 8
+        bits = _unpack_bits(raw)
+        ones = bits[8 * nlow:].nonzero().view(-1)
+        highs = ones - torch.arange(count, device=raw.device)
+        if not low:
+            return highs
         j = torch.arange(low, dtype=torch.int64, device=raw.device)
-        lows = (_unpack_bits(raw[:nlow])[:count * low].view(count, low).to(torch.int64) << j)
-        lows = lows.sum(dim=1)
-        ones = _unpack_bits(raw[nlow:]).nonzero().view(-1)
-        highs = ones - torch.arange(ones.numel(), device=raw.device)
+        lows = (bits[:count * low].view(count, low).to(torch.int64) << j).sum(dim=1)
         return (highs << low) | lows
     return _unpack_bits(raw)[:domain].nonzero().view(-1)
 
