@@ -28,7 +28,7 @@ each oversubscribe the cores, and then waits in torch's thread pool, not
 this engine, dominate.
 
     .venv/bin/python bench/process_group_loopback.py --world 8 --workload zipf
-    .venv/bin/python bench/process_group_loopback.py --world 2 --workload trace --baseline /tmp/old.py
+    .venv/bin/python bench/process_group_loopback.py --world 2 --baseline /tmp/old.py
 
 Needs torch and numpy; imports zen.process_group from this source tree.
 """

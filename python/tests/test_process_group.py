@@ -228,6 +228,24 @@ def test_rank_order_sum_on_cpu_is_assign_then_add():
             assert torch.equal(got.view(view), ref.view(view)), (dtype, n)
 
 
+def test_nonzero_rows_is_any_nonzero(device="cpu"):
+    """allreduce_rows_'s row selection is (m != 0).any(dim=1): NaN, +-inf and
+    subnormals count, -0.0 does not; every dtype; width 0."""
+    from zen.process_group import _nonzero_rows
+    specials = [0.0, -0.0, float("nan"), float("inf"), float("-inf"), 1e-45, 5e-324, 1.0, -3.5]
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for width in (1, 3, 64):
+            pick = torch.randint(0, len(specials), (200, width), generator=g)
+            m = torch.tensor(specials, dtype=torch.float64)[pick]
+            m[torch.rand(200, generator=g) < 0.5] = 0.0  # many all-zero rows
+            m[::17] = -0.0
+            m = m.to(dtype).to(device)
+            want = (m != 0).any(dim=1).nonzero().view(-1)
+            assert torch.equal(_nonzero_rows(m), want), (dtype, width)
+    assert _nonzero_rows(torch.zeros((5, 0), device=device)).numel() == 0
+
+
 def gpu_world():
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
