@@ -13,8 +13,11 @@ One call, on every rank of the group:
   2. ownership: the row permutation pi of zen/core/row_permutation.h (same
      seed, same Feistel network, same blocks of 2^b ids for width 1) maps
      each id to its key; server j owns the keys of [start_j, start_{j+1}),
-     the row's position in j's domain is key - start_j;
-  3. one small all_gather of a record per rank: its row count per server
+     the row's position in j's domain is key - start_j (from a tensor's
+     second call, small pi and pi^-1 are lookup tables: RowOwner.use_table);
+  3. one small all_gather of a record per rank (sent as an
+     ``all_to_all_single`` of the record to every peer: one round where
+     Gloo's all_gather takes n - 1): its row count per server
      and the call's metadata (rows, width, dtype, name hash, wire dtype, sum
      order, error code: n + 5 int64). This rank's bad input travels as the
      error code, and every rank raises the same exception; disagreeing
@@ -27,16 +30,18 @@ One call, on every rank of the group:
      compact push) then values at the wire width;
   5. aggregation on the owner: the ranks' rows summed rank by rank in
      ascending rank order (each rank's addition its own step: no atomics,
-     the first contribution assigned, not added to 0), or in a ring order
+     the first contribution assigned, not added to 0; on CPU an index_add_
+     per rank from -0.0, the same bits), or in a ring order
      (``sum_order``, Gloo's ring allreduce order: see allreduce_rows_);
   6. second small all_gather: each server's row count and, per rank, the rows
      only that rank contributed (its second and last explicit host read);
   7. pull: one ``all_to_all_single``: each server sends every other rank its
      sums, positions as a hash bitmap over its domain, COO32/COO or
      Elias-Fano, whichever is fewest bytes (zen's kAuto, decided from the
-     agreed counts, so sender and receiver agree without a header). Rows wider than 1: the rows that only
-     the receiver contributed stay home (the receiver has them: its own
-     pushed values), as the C++ scheme's grouped pull does;
+     agreed counts, so sender and receiver agree without a header). Rows
+     wider than 1: the rows that only the receiver contributed stay home
+     (the receiver has them: its own pushed values), as the C++ scheme's
+     grouped pull does;
   8. decode: positions back to ids (pi^-1), the result sorted by id.
 
 Exactness: float32 is summed in float32, float64 in float64, bfloat16 and
@@ -58,7 +63,8 @@ shipped trace at 2, 4 and 8 ranks; docs/sections/process-group.md).
 
 Memory follows the non-zeros: 2^40 rows with a few non-zeros cost nothing
 (the permutation is arithmetic; a bitmap is chosen only when it is smaller
-than the positions it replaces).
+than the positions it replaces), plus the permutation tables of tensors of
+at most 2^18 rows seen twice (16 bytes a row, at most 2^22 rows in all).
 
 Errors: ``ValueError`` for bad input (raised on every rank, naming the rank,
 the tensor and the bad value), ``zen.MismatchError`` when ranks disagree,
