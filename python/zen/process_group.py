@@ -160,13 +160,6 @@ def derive_seed(base, i):
     return _splitmix64((base + i * _GOLDEN) & _M64)
 
 
-def _lsr(t, shift):
-    """Logical right shift of int64 tensor t (torch's >> is arithmetic)."""
-    if shift == 0:
-        return t
-    return (t >> shift) & ((1 << (64 - shift)) - 1)
-
-
 class RowPermutation:
     """zen::RowPermutation (zen/core/row_permutation.h): a keyed bijection of
     [0, rows) by an 8-round generalized Feistel network on k bits with cycle
@@ -215,21 +208,22 @@ class RowPermutation:
             x = self._network(x, True)
         return x
 
-    # Tensor form.
+    # Tensor form: in place on fresh tensors (one allocation per round).
     def _tf(self, i, v, shift):
-        return _lsr((v ^ self._skeys[i]) * self._smuls[i], shift)
+        t = torch.bitwise_xor(v, self._skeys[i]).mul_(self._smuls[i])
+        return t.bitwise_right_shift_(shift).bitwise_and_((1 << (64 - shift)) - 1)  # logical >>
 
     def _tnetwork(self, x, inverse):
         hi, lo = x >> self.lo_bits, x & self.lo_mask
         if inverse:
             for i in range(_ROUNDS, 1, -2):
-                lo = lo ^ self._tf(i - 1, hi, self.lo_shift)
-                hi = hi ^ self._tf(i - 2, lo, self.hi_shift)
+                lo.bitwise_xor_(self._tf(i - 1, hi, self.lo_shift))
+                hi.bitwise_xor_(self._tf(i - 2, lo, self.hi_shift))
         else:
             for i in range(0, _ROUNDS, 2):
-                hi = hi ^ self._tf(i, lo, self.hi_shift)
-                lo = lo ^ self._tf(i + 1, hi, self.lo_shift)
-        return (hi << self.lo_bits) | lo
+                hi.bitwise_xor_(self._tf(i, lo, self.hi_shift))
+                lo.bitwise_xor_(self._tf(i + 1, hi, self.lo_shift))
+        return hi.bitwise_left_shift_(self.lo_bits).bitwise_or_(lo)
 
     def _walk(self, x, inverse):
         x = self._tnetwork(x, inverse)
