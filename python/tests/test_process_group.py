@@ -171,6 +171,81 @@ def test_permutation_is_a_bijection():
         assert perm.inverse(out).tolist() == list(range(rows))
 
 
+def test_owner_tables_match_the_network():
+    """RowOwner.use_table() (pi and pi^-1 as lookup tables, what the engine
+    switches to on a tensor's second call) gives the network's keys and ids:
+    whole and partial blocks, with and without cycle walking."""
+    for rows, servers, block_bits in ((1000, 4, 0), (1 << 10, 3, 0), (32000, 8, 0),
+                                      (16384, 4, 3), (5000 + 7, 2, 2), (7, 2, 0)):
+        plain = RowOwner(77, rows, servers, block_bits)
+        tabled = RowOwner(77, rows, servers, block_bits)
+        tabled.use_table()
+        ids = torch.arange(rows)
+        keys = plain.keys(ids.clone())
+        assert torch.equal(tabled.keys(ids.clone()), keys), (rows, block_bits)
+        assert sorted(keys.tolist()) == list(range(rows))
+        assert torch.equal(tabled.ids_of_keys(keys), ids), (rows, block_bits)
+        # The scalar reference, on a sample.
+        for i in range(0, rows, max(1, rows // 50)):
+            s, p = plain.scalar_place(i)
+            assert keys[i].item() - plain.start(s) == p
+    with pytest.raises(ValueError):
+        RowOwner(1, RowOwner.TABLE_MAX_UNITS + 1, 2).use_table()
+
+
+def test_rank_order_sum_on_cpu_is_assign_then_add():
+    """The CPU aggregation (index_add_ from -0.0, one pass per rank) is the
+    documented order bit for bit: per row, the lowest rank's value assigned,
+    the next ranks' added in ascending rank order; signed zeros, NaN, and
+    values whose sum depends on the order included."""
+    from zen.process_group import ProcessGroupEngine
+    g = torch.Generator().manual_seed(11)
+    for dtype in (torch.float32, torch.float64):
+        for n in (1, 2, 5):
+            U, width = 40, 3
+            part_pos, part_val = [], []
+            for q in range(n):
+                pos = torch.randperm(U, generator=g)[:int(torch.randint(1, U, (1,),
+                                                                       generator=g))]
+                pos = pos.sort().values
+                val = (torch.randn((pos.numel(), width), generator=g, dtype=torch.float64)
+                       * 10.0 ** torch.randint(-3, 30, (pos.numel(), 1), generator=g)).to(dtype)
+                val[::3] = -0.0
+                val[::7, 0] = 0.0
+                val[::11, 1] = float("nan")
+                part_pos.append(pos)
+                part_val.append(val)
+            served, inv = torch.unique(torch.cat(part_pos), sorted=True, return_inverse=True)
+            got = ProcessGroupEngine._aggregate(None, part_pos, part_val, inv, served.numel(),
+                                                width, dtype, "rank", None, 0, n,
+                                                torch.device("cpu"))
+            want = {}
+            for pos, val in zip(part_pos, part_val):
+                for p, row in zip(pos.tolist(), val):
+                    want[p] = want[p] + row if p in want else row.clone()
+            ref = torch.stack([want[p] for p in served.tolist()])
+            view = torch.int64 if dtype == torch.float64 else torch.int32
+            assert torch.equal(got.view(view), ref.view(view)), (dtype, n)
+
+
+def test_nonzero_rows_is_any_nonzero(device="cpu"):
+    """allreduce_rows_'s row selection is (m != 0).any(dim=1): NaN, +-inf and
+    subnormals count, -0.0 does not; every dtype; width 0."""
+    from zen.process_group import _nonzero_rows
+    specials = [0.0, -0.0, float("nan"), float("inf"), float("-inf"), 1e-45, 5e-324, 1.0, -3.5]
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for width in (1, 3, 64):
+            pick = torch.randint(0, len(specials), (200, width), generator=g)
+            m = torch.tensor(specials, dtype=torch.float64)[pick]
+            m[torch.rand(200, generator=g) < 0.5] = 0.0  # many all-zero rows
+            m[::17] = -0.0
+            m = m.to(dtype).to(device)
+            want = (m != 0).any(dim=1).nonzero().view(-1)
+            assert torch.equal(_nonzero_rows(m), want), (dtype, width)
+    assert _nonzero_rows(torch.zeros((5, 0), device=device)).numel() == 0
+
+
 def gpu_world():
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 

@@ -13,8 +13,11 @@ One call, on every rank of the group:
   2. ownership: the row permutation pi of zen/core/row_permutation.h (same
      seed, same Feistel network, same blocks of 2^b ids for width 1) maps
      each id to its key; server j owns the keys of [start_j, start_{j+1}),
-     the row's position in j's domain is key - start_j;
-  3. one small all_gather of a record per rank: its row count per server
+     the row's position in j's domain is key - start_j (from a tensor's
+     second call, small pi and pi^-1 are lookup tables: RowOwner.use_table);
+  3. one small all_gather of a record per rank (sent as an
+     ``all_to_all_single`` of the record to every peer: one round where
+     Gloo's all_gather takes n - 1): its row count per server
      and the call's metadata (rows, width, dtype, name hash, wire dtype, sum
      order, error code: n + 5 int64). This rank's bad input travels as the
      error code, and every rank raises the same exception; disagreeing
@@ -27,16 +30,18 @@ One call, on every rank of the group:
      compact push) then values at the wire width;
   5. aggregation on the owner: the ranks' rows summed rank by rank in
      ascending rank order (each rank's addition its own step: no atomics,
-     the first contribution assigned, not added to 0), or in a ring order
+     the first contribution assigned, not added to 0; on CPU an index_add_
+     per rank from -0.0, the same bits), or in a ring order
      (``sum_order``, Gloo's ring allreduce order: see allreduce_rows_);
   6. second small all_gather: each server's row count and, per rank, the rows
      only that rank contributed (its second and last explicit host read);
   7. pull: one ``all_to_all_single``: each server sends every other rank its
      sums, positions as a hash bitmap over its domain, COO32/COO or
      Elias-Fano, whichever is fewest bytes (zen's kAuto, decided from the
-     agreed counts, so sender and receiver agree without a header). Rows wider than 1: the rows that only
-     the receiver contributed stay home (the receiver has them: its own
-     pushed values), as the C++ scheme's grouped pull does;
+     agreed counts, so sender and receiver agree without a header). Rows
+     wider than 1: the rows that only the receiver contributed stay home
+     (the receiver has them: its own pushed values), as the C++ scheme's
+     grouped pull does;
   8. decode: positions back to ids (pi^-1), the result sorted by id.
 
 Exactness: float32 is summed in float32, float64 in float64, bfloat16 and
@@ -58,7 +63,8 @@ shipped trace at 2, 4 and 8 ranks; docs/sections/process-group.md).
 
 Memory follows the non-zeros: 2^40 rows with a few non-zeros cost nothing
 (the permutation is arithmetic; a bitmap is chosen only when it is smaller
-than the positions it replaces).
+than the positions it replaces), plus the permutation tables of tensors of
+at most 2^18 rows seen twice (16 bytes a row, at most 2^22 rows in all).
 
 Errors: ``ValueError`` for bad input (raised on every rank, naming the rank,
 the tensor and the bad value), ``zen.MismatchError`` when ranks disagree,
@@ -98,6 +104,8 @@ _ROUNDS = 8
 _MAX_ELEMENT_BLOCK_BITS = 8
 _MIN_BLOCKS_PER_SERVER = 2048
 _COO32_DOMAIN = 1 << 32
+# The engine's permutation tables at most (RowOwner.use_table): 2 x 32 MiB of int64.
+_TABLE_BUDGET_UNITS = 1 << 22
 
 _DTYPES = {torch.float32: 1, torch.float64: 2, torch.bfloat16: 3, torch.float16: 4}
 _DTYPE_NAMES = {v: str(k).replace("torch.", "") for k, v in _DTYPES.items()}
@@ -125,10 +133,6 @@ _COO, _BITMAP, _COO32, _ELIAS_FANO = 1, 2, 3, 4
 _ENCODING_NAMES = {_COO: "coo", _COO32: "coo32", _BITMAP: "bitmap", _ELIAS_FANO: "elias-fano"}
 
 
-# all_gather into one flat tensor (torch 2.13 renamed it all_gather_single).
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-
-
 def _device_tensor(values, device):
     """An int64 tensor of host values on `device`; on CUDA copied from pinned
     memory without blocking (the host never waits for the stream)."""
@@ -154,13 +158,6 @@ def _splitmix64(state):
 def derive_seed(base, i):
     """zen::DeriveSeed: splitmix64 of base + i x golden ratio (zen/core/hash.cc)."""
     return _splitmix64((base + i * _GOLDEN) & _M64)
-
-
-def _lsr(t, shift):
-    """Logical right shift of int64 tensor t (torch's >> is arithmetic)."""
-    if shift == 0:
-        return t
-    return (t >> shift) & ((1 << (64 - shift)) - 1)
 
 
 class RowPermutation:
@@ -211,21 +208,22 @@ class RowPermutation:
             x = self._network(x, True)
         return x
 
-    # Tensor form.
+    # Tensor form: in place on fresh tensors (one allocation per round).
     def _tf(self, i, v, shift):
-        return _lsr((v ^ self._skeys[i]) * self._smuls[i], shift)
+        t = torch.bitwise_xor(v, self._skeys[i]).mul_(self._smuls[i])
+        return t.bitwise_right_shift_(shift).bitwise_and_((1 << (64 - shift)) - 1)  # logical >>
 
     def _tnetwork(self, x, inverse):
         hi, lo = x >> self.lo_bits, x & self.lo_mask
         if inverse:
             for i in range(_ROUNDS, 1, -2):
-                lo = lo ^ self._tf(i - 1, hi, self.lo_shift)
-                hi = hi ^ self._tf(i - 2, lo, self.hi_shift)
+                lo.bitwise_xor_(self._tf(i - 1, hi, self.lo_shift))
+                hi.bitwise_xor_(self._tf(i - 2, lo, self.hi_shift))
         else:
             for i in range(0, _ROUNDS, 2):
-                hi = hi ^ self._tf(i, lo, self.hi_shift)
-                lo = lo ^ self._tf(i + 1, hi, self.lo_shift)
-        return (hi << self.lo_bits) | lo
+                hi.bitwise_xor_(self._tf(i, lo, self.hi_shift))
+                lo.bitwise_xor_(self._tf(i + 1, hi, self.lo_shift))
+        return hi.bitwise_left_shift_(self.lo_bits).bitwise_or_(lo)
 
     def _walk(self, x, inverse):
         x = self._tnetwork(x, inverse)
@@ -262,7 +260,15 @@ class RowOwner:
     """zen::RowOwner::Permuted (zen/core/partition.h): server j owns the keys
     [start_j, start_{j+1}), start_j = ceil(j units / n) << block_bits, key(id)
     = pi(id >> b) << b | (id mod 2^b) for the whole blocks (the partial last
-    block's ids are their own keys)."""
+    block's ids are their own keys).
+
+    ``use_table()`` (the engine calls it for a tensor it sees again, when
+    units <= TABLE_MAX_UNITS) replaces the arithmetic by two lookup tables
+    of pi and pi^-1 over [0, units), built once per device from the same
+    network: one gather per call instead of the network's 8 rounds of
+    elementwise passes (and its cycle walk) in each direction."""
+
+    TABLE_MAX_UNITS = 1 << 18  # 2 x 2 MiB of int64 tables per owner at most
 
     def __init__(self, seed, rows, servers, block_bits=0):
         self.rows, self.servers, self.block_bits = rows, servers, block_bits
@@ -271,6 +277,31 @@ class RowOwner:
         self.unit_starts = [-(-s * self.units // servers) for s in range(servers + 1)]
         self.starts = [u << block_bits for u in self.unit_starts[:servers]] + [rows]
         self._cache = {}  # small constant tensors, per device
+        self.tabled = False
+
+    def use_table(self):
+        """From now on pi and pi^-1 are table lookups (units <= TABLE_MAX_UNITS)."""
+        if self.units > self.TABLE_MAX_UNITS:
+            raise ValueError(f"zen: row owner: {self.units} units exceed the table's "
+                             f"{self.TABLE_MAX_UNITS}")
+        self.tabled = True
+
+    def _tables(self, device):
+        key = ("tables", str(device))
+        t = self._cache.get(key)
+        if t is None:
+            every = torch.arange(self.units, dtype=torch.int64, device=device)
+            forward = self.perm(every.clone())
+            inverse = torch.empty_like(forward)
+            inverse[forward] = every
+            t = self._cache[key] = (forward, inverse)
+        return t
+
+    def _pi(self, units, inverse=False):
+        """pi (or pi^-1) of int64 tensor `units` (all in [0, units))."""
+        if self.tabled:
+            return torch.index_select(self._tables(units.device)[1 if inverse else 0], 0, units)
+        return self.perm.inverse(units) if inverse else self.perm(units)
 
     def start(self, s):
         return self.starts[s]
@@ -281,19 +312,20 @@ class RowOwner:
     def keys(self, ids):
         b = self.block_bits
         if b == 0:
-            return self.perm(ids)
+            return self._pi(ids)
         block = ids >> b
         whole = block < self.units
-        mapped = (self.perm(torch.where(whole, block, 0)) << b) | (ids & ((1 << b) - 1))
+        mapped = (self._pi(torch.where(whole, block, 0)) << b) | (ids & ((1 << b) - 1))
         return torch.where(whole, mapped, ids)
 
     def ids_of_keys(self, keys):
         b = self.block_bits
         if b == 0:
-            return self.perm.inverse(keys)
+            return self._pi(keys, inverse=True)
         block = keys >> b
         whole = block < self.units
-        mapped = (self.perm.inverse(torch.where(whole, block, 0)) << b) | (keys & ((1 << b) - 1))
+        mapped = (self._pi(torch.where(whole, block, 0), inverse=True) << b) | \
+            (keys & ((1 << b) - 1))
         return torch.where(whole, mapped, keys)
 
     def _on(self, device, what, values):
@@ -405,18 +437,20 @@ def _encode_index(pos, encoding, domain):
         return wrapped.to(torch.int32).view(torch.uint8)
     if encoding == _ELIAS_FANO:
         # L low bits per position, then the high parts in unary: bit
-        # (pos >> L) + i set for the i-th position.
+        # (pos >> L) + i set for the i-th position; both streams in one bit
+        # tensor, packed at once (each stream starts at a byte).
         count = pos.numel()
         low = _ef_low_bits(count, domain)
-        j = torch.arange(low, dtype=torch.int64, device=pos.device)
-        low_bits = ((pos.unsqueeze(1) >> j) & 1).to(torch.uint8).view(-1)
-        high_bits = torch.zeros(count + ((domain - 1) >> low) + 1, dtype=torch.uint8,
-                                device=pos.device)
-        high_bits[(pos >> low) + torch.arange(count, device=pos.device)] = 1
-        return torch.cat([_pack_bits(low_bits), _pack_bits(high_bits)])
+        nlow = (count * low + 7) // 8
+        nhigh = (count + ((domain - 1) >> low) + 1 + 7) // 8
+        bits = torch.zeros(8 * (nlow + nhigh), dtype=torch.uint8, device=pos.device)
+        if low:
+            j = torch.arange(low, dtype=torch.int64, device=pos.device)
+            bits[:count * low] = ((pos.unsqueeze(1) >> j) & 1).view(-1)
+        ones = (pos >> low) + torch.arange(8 * nlow, 8 * nlow + count, device=pos.device)
+        return _pack_bits(bits.index_fill_(0, ones, 1))
     bits = torch.zeros(domain, dtype=torch.uint8, device=pos.device)
-    bits[pos] = 1
-    return _pack_bits(bits)
+    return _pack_bits(bits.index_fill_(0, pos, 1))
 
 
 def _decode_index(raw, encoding, count, domain):
@@ -427,13 +461,36 @@ def _decode_index(raw, encoding, count, domain):
     if encoding == _ELIAS_FANO:
         low = _ef_low_bits(count, domain)
         nlow = (count * low + 7) // 8
+        bits = _unpack_bits(raw)
+        ones = bits[8 * nlow:].nonzero().view(-1)
+        highs = ones - torch.arange(count, device=raw.device)
+        if not low:
+            return highs
         j = torch.arange(low, dtype=torch.int64, device=raw.device)
-        lows = (_unpack_bits(raw[:nlow])[:count * low].view(count, low).to(torch.int64) << j)
-        lows = lows.sum(dim=1)
-        ones = _unpack_bits(raw[nlow:]).nonzero().view(-1)
-        highs = ones - torch.arange(ones.numel(), device=raw.device)
+        lows = (bits[:count * low].view(count, low).to(torch.int64) << j).sum(dim=1)
         return (highs << low) | lows
     return _unpack_bits(raw)[:domain].nonzero().view(-1)
+
+
+def _values_at(raw, at, count, width, wire, sum_dtype):
+    """The [count, width] values of dtype `wire` at byte `at` of the uint8
+    tensor `raw` (its own offset 0), in sum_dtype: a view where `at` is
+    aligned to the wire's width, else a copy (the index bytes before them
+    need not fill whole values)."""
+    piece = raw[at:at + count * width * wire.itemsize]
+    if at % wire.itemsize:
+        piece = piece.clone()
+    return piece.view(wire).view(count, width).to(sum_dtype)
+
+
+def _nonzero_rows(matrix):
+    """Ascending indices of the rows of a [rows, width] float tensor with an
+    element != 0 (NaN counts, -0.0 does not): (matrix != 0).any(dim=1), as
+    max |x| per row != 0, one elementwise pass and a reduction along
+    contiguous rows (the bool reduction is several times slower on CPU)."""
+    if matrix.shape[1] == 0:
+        return torch.empty(0, dtype=torch.int64, device=matrix.device)
+    return (matrix.abs().amax(dim=1) != 0).nonzero().view(-1)
 
 
 def _check_order(order, world):
@@ -477,7 +534,8 @@ class ProcessGroupEngine:
         self.bytes_received = 0
         self.last_stats = {}
         self._agreed_seed = None
-        self._owners = {}
+        self._owners = {}  # (rows, width == 1, n, seed) -> [RowOwner, calls]
+        self._table_units = 0  # units of the owners' lookup tables
 
     # -- plumbing --------------------------------------------------------
     @property
@@ -507,10 +565,16 @@ class ProcessGroupEngine:
                 f"{self.timeout}")
 
     def _all_gather(self, record, name, what):
+        """Every rank's record, [n, len]: an all_gather done as one
+        all_to_all_single of the record to every peer. The bytes are an
+        all_gather's, but on Gloo it is one round of direct sends instead of
+        n - 1 ring steps: half the time and CPU of all_gather_into_tensor for
+        these small records at n = 8 (docs/sections/process-group.md)."""
         n = self.world_size
         out = torch.empty(n * record.numel(), dtype=record.dtype, device=record.device)
         try:
-            work = _ALL_GATHER(out, record, group=self.group, async_op=True)
+            work = dist.all_to_all_single(out, record.repeat(n), group=self.group,
+                                          async_op=True)
         except Exception as e:
             raise _zen_pkg.TransportError(
                 f"zen: rank {self.rank}: tensor '{name}': {what} failed: {e}") from e
@@ -547,13 +611,24 @@ class ProcessGroupEngine:
         return self._agreed_seed
 
     def _owner(self, rows, width, n, seed):
+        """The RowOwner of (rows, width 1 or not, n, seed), kept across calls;
+        on its second call it switches to lookup tables when they are small
+        (RowOwner.TABLE_MAX_UNITS) and the engine's tables stay within
+        _TABLE_BUDGET_UNITS."""
         key = (rows, width == 1, n, seed)
-        owner = self._owners.get(key)
-        if owner is None:
+        entry = self._owners.get(key)
+        if entry is None:
             owner = RowOwner(seed, rows, n, element_block_bits(rows, n) if width == 1 else 0)
             if len(self._owners) > 64:
                 self._owners.clear()
-            self._owners[key] = owner
+                self._table_units = 0
+            entry = self._owners[key] = [owner, 0]
+        owner = entry[0]
+        entry[1] += 1
+        if entry[1] == 2 and owner.units <= RowOwner.TABLE_MAX_UNITS and \
+                self._table_units + owner.units <= _TABLE_BUDGET_UNITS:
+            owner.use_table()
+            self._table_units += owner.units
         return owner
 
     # -- the public calls ------------------------------------------------
@@ -594,11 +669,11 @@ class ProcessGroupEngine:
         else:
             matrix_view = matrix
         rows, width = matrix_view.shape
-        ids = (matrix_view != 0).any(dim=1).nonzero().view(-1)
-        values = matrix_view[ids]
+        ids = _nonzero_rows(matrix_view)
+        values = torch.index_select(matrix_view, 0, ids)
         out_ids, out_values = self._run(name, rows, ids, values, sum_order, wire_dtype, divisor,
                                         coalesced=True, error=error)
-        matrix_view[out_ids] = out_values
+        matrix_view.index_copy_(0, out_ids, out_values)
         return matrix
 
     # -- the algorithm ---------------------------------------------------
@@ -666,31 +741,41 @@ class ProcessGroupEngine:
         if good:
             ids = ids.to(device=device, dtype=torch.int64)
             if k:
-                id_min, id_max = ids.min(), ids.max()
+                id_min, id_max = torch.aminmax(ids)
                 bad = ((id_min < 0) | (id_max >= rows)).to(torch.int64) * _E_IDS_RANGE
             else:
                 id_min = id_max = bad = torch.zeros((), dtype=torch.int64, device=device)
             # Keys of the local rows (clamped ids for a bad call: its
             # counts are never used, every rank raises).
             safe = ids.clamp(0, rows - 1) if k else ids
+            # The local rows in key order, gathered once: `source` maps the
+            # unique ids (ascending) to the values' rows, or is None where
+            # the unique ids are the rows of `summed`.
+            source, summed = None, values
             if coalesced or k == 0:
                 uniq = safe
-                local = values.to(sum_dtype)
             else:
                 uniq, inverse = torch.unique(safe, sorted=True, return_inverse=True)
                 if uniq.shape[0] == k:
-                    local = torch.empty((k, width), dtype=sum_dtype, device=device)
-                    local[inverse] = values.to(sum_dtype)
+                    # No repeats: inverse is a permutation; its inverse
+                    # gathers the values in id order (int64 work only).
+                    source = torch.empty_like(inverse)
+                    source[inverse] = torch.arange(k, dtype=torch.int64, device=device)
                 else:
                     # Repeats summed in input order: index_add_ on CPU adds
                     # the rows one after another; on CUDA index_put_ with
                     # accumulate sorts the indices stably and adds each
                     # index's values in that order (no atomics).
-                    local = torch.zeros((uniq.shape[0], width), dtype=sum_dtype, device=device)
+                    summed = torch.zeros((uniq.shape[0], width), dtype=sum_dtype, device=device)
                     if device.type == "cpu":
-                        local.index_add_(0, inverse, values.to(sum_dtype))
+                        summed.index_add_(0, inverse, values.to(sum_dtype))
                     else:
-                        local.index_put_((inverse,), values.to(sum_dtype), accumulate=True)
+                        summed.index_put_((inverse,), values.to(sum_dtype), accumulate=True)
+            keys = owner.keys(uniq)
+            keys, order_idx = torch.sort(keys)
+            if source is not None:
+                order_idx = torch.index_select(source, 0, order_idx)
+            local = torch.index_select(summed, 0, order_idx).to(sum_dtype)
             if divisor is not None:
                 local = local / float(divisor)
             if wire != sum_dtype:
@@ -698,9 +783,6 @@ class ProcessGroupEngine:
                 # owner's own part too: every rank's result is then the same
                 # function of the ranks' rounded rows, whoever owns them.
                 local = local.to(wire).to(sum_dtype)
-            keys = owner.keys(uniq)
-            keys, order_idx = torch.sort(keys)
-            local = local[order_idx]
             counts = owner.counts_of_sorted_keys(keys)
         else:
             id_min = id_max = bad = torch.zeros((), dtype=torch.int64, device=device)
@@ -797,30 +879,30 @@ class ProcessGroupEngine:
             enc = push_enc(q, r)
             ib = _index_bytes(enc, c, dom)
             part_pos.append(_decode_index(recv[at:at + ib], enc, c, dom))
-            vb = c * width * wire_isz
-            part_val.append(recv[at + ib:at + ib + vb].clone().view(wire).view(c, width)
-                            .to(sum_dtype))
-            at += ib + vb
+            part_val.append(_values_at(recv, at + ib, c, width, wire, sum_dtype))
+            at += ib + c * width * wire_isz
         all_pos = torch.cat(part_pos)
         served_pos, inv = torch.unique(all_pos, sorted=True, return_inverse=True)
         U = served_pos.shape[0]
         sums = self._aggregate(part_pos, part_val, inv, U, width, sum_dtype, order, owner, r, n,
                                device)
-        # Contributors: rows only one rank contributed (their rank), else -1.
-        part_rank = torch.cat([torch.full((p.shape[0],), q, dtype=torch.int64, device=device)
-                               for q, p in enumerate(part_pos)])
-        ncontrib = torch.zeros(U, dtype=torch.int64, device=device)
-        ncontrib.index_add_(0, inv, torch.ones_like(inv))
-        sole_of = torch.full((U,), -1, dtype=torch.int64, device=device)
-        sole_of[inv] = part_rank  # any writer will do where the count is 1
-        sole_of = torch.where(ncontrib == 1, sole_of, -1)
         grouped = width > 1 and order == "rank"
-        # Sole rows per rank (no host read of their own: they ride the record).
-        onehot = torch.zeros(n + 1, dtype=torch.int64, device=device)
-        onehot.index_add_(0, sole_of + 1, torch.ones_like(sole_of))
-        sole_counts = onehot[1:]
-        served_record = torch.cat([torch.full((1,), U, dtype=torch.int64, device=device),
-                                   sole_counts])
+        served_record = torch.zeros(n + 1, dtype=torch.int64, device=device)
+        if grouped:
+            # Contributors: rows only one rank contributed (their rank), else -1.
+            part_rank = torch.repeat_interleave(
+                torch.arange(n, dtype=torch.int64, device=device),
+                _device_tensor([p.shape[0] for p in part_pos], device),
+                output_size=inv.shape[0])
+            ncontrib = torch.zeros(U, dtype=torch.int64, device=device)
+            ncontrib.index_add_(0, inv, torch.ones_like(inv))
+            sole_of = torch.full((U,), -1, dtype=torch.int64, device=device)
+            sole_of[inv] = part_rank  # any writer will do where the count is 1
+            sole_of = torch.where(ncontrib == 1, sole_of, -1)
+            # Sole rows per rank (no host read of their own: they ride the
+            # record; ungrouped pulls send every rank every row: zeros).
+            served_record.index_add_(0, sole_of + 1, torch.ones_like(sole_of))
+        served_record[0] = U
         # Every rank's sums as the wire carries them (the owner's own copy too).
         if wire != sum_dtype:
             sums = sums.to(wire).to(sum_dtype)
@@ -836,19 +918,23 @@ class ProcessGroupEngine:
             return _choose(pull_count(j, q), owner.domain_size(j))
 
         pieces, send_sizes = [], []
+        sums_wire = sums.to(wire)
+        whole = {}  # encoding -> the bytes of every served row (the same for each such rank)
         for q in range(n):
             c = pull_count(r, q)
             if q == r or c == 0:
                 send_sizes.append(0)
                 continue
+            enc = pull_enc(r, q)
             if grouped and S[r][1 + q] > 0:
                 keep = (sole_of != q).nonzero().view(-1)
-                pos_q, val_q = served_pos[keep], sums[keep]
+                pieces.append(_encode_index(torch.index_select(served_pos, 0, keep), enc, dom))
+                pieces.append(torch.index_select(sums_wire, 0, keep).view(torch.uint8).view(-1))
             else:
-                pos_q, val_q = served_pos, sums
-            enc = pull_enc(r, q)
-            pieces.append(_encode_index(pos_q, enc, dom))
-            pieces.append(val_q.to(wire).contiguous().view(torch.uint8).view(-1))
+                if enc not in whole:
+                    whole[enc] = (_encode_index(served_pos, enc, dom),
+                                  sums_wire.contiguous().view(torch.uint8).view(-1))
+                pieces.extend(whole[enc])
             send_sizes.append(_index_bytes(enc, c, dom) + c * width * wire_isz)
             stats["pull_encodings"][_ENCODING_NAMES[enc]] = \
                 stats["pull_encodings"].get(_ENCODING_NAMES[enc], 0) + 1
@@ -866,6 +952,7 @@ class ProcessGroupEngine:
 
         # Decode: keys of every server's rows, then ids, sorted.
         out_keys, out_vals = [], []
+        pulled = []  # the other servers' keys, ascending (server j's range precedes j + 1's)
         at = 0
         for j in range(n):
             if j == r:
@@ -873,35 +960,33 @@ class ProcessGroupEngine:
                 out_vals.append(sums)
                 continue
             c = pull_count(j, r)
-            d = owner.domain_size(j)
             if c:
+                d = owner.domain_size(j)
                 enc = pull_enc(j, r)
                 ib = _index_bytes(enc, c, d)
-                pos = _decode_index(recv[at:at + ib], enc, c, d)
-                vb = c * width * wire_isz
-                val = recv[at + ib:at + ib + vb].clone().view(wire).view(c, width).to(sum_dtype)
-                at += ib + vb
-                out_keys.append(pos + owner.start(j))
-                out_vals.append(val)
+                pulled.append(_decode_index(recv[at:at + ib], enc, c, d) + owner.start(j))
+                out_keys.append(pulled[-1])
+                out_vals.append(_values_at(recv, at + ib, c, width, wire, sum_dtype))
+                at += ib + c * width * wire_isz
+        if grouped and any(S[j][1 + r] for j in range(n) if j != r):
+            # This rank's sole rows: the keys it pushed that no pull brought
+            # back; their values are its own. The pulled keys ascend, so one
+            # search finds them at every server at once.
+            lo, hi = offsets[r], offsets[r + 1]
+            pushed = torch.cat([keys[:lo], keys[hi:]])
+            if pulled:
+                got = torch.cat(pulled)
+                at_ = torch.searchsorted(got, pushed).clamp(max=got.numel() - 1)
+                left_out = (torch.index_select(got, 0, at_) != pushed).nonzero().view(-1)
             else:
-                pos = torch.empty(0, dtype=torch.int64, device=device)
-            if grouped and S[j][1 + r] > 0:
-                # This rank's sole rows at server j: the positions it pushed
-                # that the pull left out; their values are its own.
-                mine_pos = positions_of[j]
-                if pos.numel():
-                    at_ = torch.searchsorted(pos, mine_pos).clamp(max=pos.numel() - 1)
-                    left_out = (pos[at_] != mine_pos).nonzero().view(-1)
-                else:
-                    left_out = torch.arange(mine_pos.numel(), device=device)
-                own = local[offsets[j]:offsets[j + 1]][left_out]
-                out_keys.append(mine_pos[left_out] + owner.start(j))
-                out_vals.append(own)
+                left_out = torch.arange(pushed.numel(), device=device)
+            out_keys.append(torch.index_select(pushed, 0, left_out))
+            out_vals.append(torch.index_select(local, 0, left_out + (left_out >= lo) * (hi - lo)))
         keys_all = torch.cat(out_keys)
         vals_all = torch.cat(out_vals)
         ids_all = owner.ids_of_keys(keys_all)
         ids_sorted, perm = torch.sort(ids_all)
-        vals_sorted = vals_all[perm].to(in_dtype)
+        vals_sorted = torch.index_select(vals_all, 0, perm).to(in_dtype)
         stats["result_rows"] = ids_sorted.shape[0]
         stats["bytes_sent"] = stats["meta_bytes_sent"] + stats["push_bytes_sent"] + \
             stats["pull_bytes_sent"]
@@ -914,11 +999,23 @@ class ProcessGroupEngine:
 
     def _aggregate(self, part_pos, part_val, inv, U, width, sum_dtype, order, owner, r, n, device):
         """This server's sums of its parts (one per rank), in the sum order."""
-        sums = torch.zeros((U, width), dtype=sum_dtype, device=device)
         bounds, at = [], 0
         for p in part_pos:
             bounds.append((at, at + p.shape[0]))
             at += p.shape[0]
+        if order == "rank" and device.type == "cpu":
+            # index_add_ on CPU adds the rows one after another in index
+            # order, and -0.0 is the identity of IEEE addition (-0.0 + x is
+            # x bit for bit, +-0 included): from -0.0, the parts added in
+            # rank order are the first contribution assigned, the next ones
+            # added, in one pass per part (every served row has one).
+            sums = torch.full((U, width), -0.0, dtype=sum_dtype, device=device)
+            for q in range(n):
+                lo, hi = bounds[q]
+                if hi > lo:
+                    sums.index_add_(0, inv[lo:hi], part_val[q])
+            return sums
+        sums = torch.zeros((U, width), dtype=sum_dtype, device=device)
         if order == "rank":
             seen = torch.zeros(U, dtype=torch.bool, device=device)
             # Ascending rank order, each rank's rows one step (unique
