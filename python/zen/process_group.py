@@ -257,7 +257,7 @@ def element_block_bits(rows, servers):
 
 
 class RowOwner:
-    """zen::RowOwner::Permuted (zen/core/partition.h): server j owns the keys
+    """zen::RowOwner::Permuted (zen/core/row_owner.h): server j owns the keys
     [start_j, start_{j+1}), start_j = ceil(j units / n) << block_bits, key(id)
     = pi(id >> b) << b | (id mod 2^b) for the whole blocks (the partial last
     block's ids are their own keys).
