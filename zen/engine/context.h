@@ -22,8 +22,9 @@
 // same order; a 16-bit value is rounded where it would be alone). Dense
 // tensors without a sum order are coalesced the same way among themselves
 // (their buffers laid end to end, summed by one SyncDense, each slice copied
-// back): a top-k hook's biases and norms. Every dtype coalesces, each with
-// its own kind; the buffers are kept per dtype from batch to batch. Only sparse
+// back): a top-k hook's biases and norms. Every dtype coalesces (a group
+// holds one dtype); the buffers are kept per value type from batch to
+// batch. Only sparse
 // tensors of at most 2^22 elements (rows x width) are coalesced, up to 2^24
 // per exchange, and dense ones of at most 2^15, up to 2^17: for larger ones
 // the copy and the larger messages cost more than the rounds saved
