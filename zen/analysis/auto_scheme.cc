@@ -444,13 +444,19 @@ AutoOptions AutoOptionsFromVariables(const VariableLookup& lookup, AutoOptions b
 }
 
 SchemeInfo AutoSchemeInfo(AutoOptions defaults) {
-  SchemeInfo info{"auto", kDescription,
-                  [defaults](const SchemeOptions& o) -> std::unique_ptr<Scheme> {
-                    AutoOptions options = defaults;
-                    options.scheme = o;
-                    return std::make_unique<AutoScheme>(BuiltinSchemes(), std::move(options));
-                  }};
+  // `rank_order`: chooses only among the entries that sum in rank order.
+  const auto factory = [defaults](bool rank_order) {
+    return [defaults, rank_order](const SchemeOptions& o) -> std::unique_ptr<Scheme> {
+      AutoOptions options = defaults;
+      options.scheme = o;
+      options.rank_order = options.rank_order || rank_order;
+      return std::make_unique<AutoScheme>(BuiltinSchemes(), std::move(options));
+    };
+  };
+  SchemeInfo info{"auto", kDescription, factory(false)};
   info.capabilities = kAutoCapabilities;
+  info.selector = true;
+  info.rank_order_factory = factory(true);
   return info;
 }
 

@@ -197,7 +197,10 @@ using VariableLookup = std::function<std::optional<std::string>(std::string_view
 AutoOptions AutoOptionsFromVariables(const VariableLookup& lookup, AutoOptions base = {});
 
 // `auto` as a registry entry: Create("auto", scheme_options) builds an
-// AutoScheme over BuiltinSchemes() with `defaults` and scheme_options.
+// AutoScheme over BuiltinSchemes() with `defaults` and scheme_options. The
+// entry is a selector (SchemeInfo::selector); Create("auto", options,
+// /*rank_order=*/true) builds it with AutoOptions::rank_order
+// (SchemeInfo::rank_order_factory).
 SchemeInfo AutoSchemeInfo(AutoOptions defaults = {});
 
 // BuiltinSchemes() plus `auto` (built with `auto_defaults`).

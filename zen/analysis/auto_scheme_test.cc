@@ -669,6 +669,12 @@ TEST(AutoSchemeTest, EveryCandidateRefusingIsAnErrorNamingTheReasons) {
 TEST(AutoSchemeTest, AllSchemesHoldsBuiltinsAndAuto) {
   const SchemeRegistry all = AllSchemes();
   ASSERT_NE(all.Find("auto"), nullptr);
+  // auto is the one selector; built for rank order it chooses only among
+  // the entries that sum so (its shared settings say so).
+  for (const SchemeInfo& s : all.schemes()) EXPECT_EQ(s.selector, s.id == "auto") << s.id;
+  EXPECT_NE(all.Create("auto", {}, /*rank_order=*/true)->shared_settings().find("rank order 1"),
+            std::string::npos);
+  EXPECT_EQ(all.Create("auto")->shared_settings().find("rank order 1"), std::string::npos);
   for (const std::string& id : BuiltinSchemes().ids()) EXPECT_NE(all.Find(id), nullptr) << id;
   EXPECT_EQ(all.ids().size(), BuiltinSchemes().ids().size() + 1);
 }

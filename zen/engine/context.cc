@@ -50,18 +50,18 @@ std::string Declaring(const SchemeRegistry& registry, const Need& need) {
   return out.empty() ? "none" : out;
 }
 
-// The scheme a tensor runs with: its own or the context's. "auto" (which
-// declares no per-call capability) means the first registry entry that
-// declares what the tensor's options need.
+// The scheme a tensor runs with: its own or the context's. A selector
+// (SchemeInfo::selector: auto) that does not declare what the tensor's
+// options need means the first other registry entry that does.
 const std::string& SchemeOf(const BatchTensor& t, const std::string& fallback,
                             const SchemeRegistry& registry) {
   const std::string& id = t.scheme.empty() ? fallback : t.scheme;
   const Need need = Needs(t);
-  if (id != "auto" || need.trivial()) return id;
+  if (need.trivial()) return id;
   const SchemeInfo* info = registry.Find(id);
-  if (info != nullptr && Covers(info->capabilities, need)) return id;
+  if (info == nullptr || !info->selector || Covers(info->capabilities, need)) return id;
   for (const SchemeInfo& s : registry.schemes()) {
-    if (Covers(s.capabilities, need)) return s.id;
+    if (!s.selector && Covers(s.capabilities, need)) return s.id;
   }
   return id;
 }
@@ -210,8 +210,8 @@ constexpr int64_t kCoalesceDenseTensorElements = int64_t{1} << 15;
 constexpr int64_t kCoalesceDenseGroupElements = int64_t{1} << 17;
 
 // The groups of a batch's tensors that Execute coalesces (each of two or
-// more sparse tensors, or two or more dense tensors without a sum order, in
-// batch order; a tensor in no group moves alone).
+// more sparse tensors, or two or more dense tensors without a sum order, of
+// one dtype, in batch order; a tensor in no group moves alone).
 // Built from fields the metadata round compared, so every rank forms the
 // same groups. A group also closes where its rows would pass the largest
 // row count every coalescing scheme takes (zen's permutation: 2^62).
@@ -234,15 +234,15 @@ std::vector<std::vector<size_t>> CoalescedGroups(std::span<const BatchTensor> te
     const BatchTensor& t = tensors[i];
     const bool dense = t.kind == BatchTensor::Kind::kDense;
     if (dense && !t.sum_order.empty()) continue;  // its own order of additions
-    if (t.value_type() != DType::kFloat32) continue;  // other dtypes move alone
     const int64_t max_tensor = dense ? kCoalesceDenseTensorElements : kCoalesceTensorElements;
     const int64_t max_group = dense ? kCoalesceDenseGroupElements : kCoalesceGroupElements;
     int64_t own = 0;
     if (!TryMul(t.rows, t.width, own) || own > max_tensor) continue;
     const std::string& id = SchemeOf(t, fallback, registry);
     const SchemeInfo* info = registry.Find(id);
-    if (id != "auto" && (info == nullptr || !info->rank_order)) continue;
+    if (info == nullptr || !(info->rank_order || info->selector)) continue;
     const std::string key = detail::Concat(dense ? "dense" : "sparse", '\t', id, '\t',
+                                           DTypeName(t.value_type()), '\t',
                                            WireValuesName(t.values), '\t', t.rank_order ? 1 : 0,
                                            '\t', t.width);
     auto it = std::find_if(open.begin(), open.end(), [&](const Open& g) { return g.key == key; });
@@ -379,7 +379,7 @@ Context::Context(Communicator& comm, ContextOptions options)
 }
 
 void Context::Init() {
-  registry_ = AllSchemes();
+  registry_ = options_.registry ? *options_.registry : AllSchemes();
   if (!registry_.Find(options_.scheme)) {
     throw InvalidArgument(Where{comm_->rank()}, "unknown scheme '", options_.scheme, "'");
   }
@@ -437,19 +437,17 @@ Scheme& Context::scheme(const std::string& id, bool rank_order) {
   const std::string key = id + (rank_order ? "/rank-order" : "");
   auto it = schemes_.find(key);
   if (it == schemes_.end()) {
-    const SchemeOptions& options = options_.scheme_options;
-    AutoOptions auto_options;
-    auto_options.rank_order = rank_order;
-    const SchemeRegistry registry = AllSchemes(auto_options);
-    if (rank_order && id != "auto") {
-      const SchemeInfo* info = registry.Find(id);
-      if (info != nullptr && !info->rank_order) {
-        throw InvalidArgument(Where{comm_->rank()}, "scheme ", id,
-                              " does not sum in rank order, which this tensor requires (schemes that "
-                              "do: auto, or those with SchemeInfo::rank_order)");
+    const SchemeInfo* info = registry_.Find(id);
+    if (rank_order && info != nullptr && !SchemeRegistry::SumsInRankOrder(*info)) {
+      std::string able;
+      for (const SchemeInfo& s : registry_.schemes()) {
+        if (SchemeRegistry::SumsInRankOrder(s)) able += (able.empty() ? "" : ", ") + s.id;
       }
+      throw InvalidArgument(Where{comm_->rank()}, "scheme ", id,
+                            " does not sum in rank order, which this tensor requires (schemes that "
+                            "do: ", able.empty() ? "none" : able, ")");
     }
-    std::unique_ptr<Scheme> s = registry.Create(id, options);
+    std::unique_ptr<Scheme> s = registry_.Create(id, options_.scheme_options, rank_order);
     s->set_check_agreement(false);  // the batch's round did it
     it = schemes_.emplace(key, std::move(s)).first;
   }
@@ -490,35 +488,44 @@ void Context::Run() {
 
 void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& tensors,
                             std::span<const size_t> group) {
+  WithValueType(tensors[group.front()].value_type(),
+                [&]<typename T>() { SyncCoalescedOf<T>(batch, tensors, group); });
+}
+
+template <typename T>
+void Context::SyncCoalescedOf(const std::string& batch, std::vector<BatchTensor>& tensors,
+                              std::span<const size_t> group) {
   const BatchTensor& first = tensors[group.front()];
   const int64_t width = first.width;
   const size_t w = static_cast<size_t>(width);
   // The rows end to end: ids offset by the rows of the tensors before.
   std::string name = detail::Concat(batch, ": ", group.size(), " sparse tensors coalesced ('",
                                     first.name, "', ...)");
+  std::vector<T>& values_in = coalesced_values_.Of<T>();
   coalesced_ids_.clear();
-  coalesced_values_.clear();
+  values_in.clear();
   coalesced_offsets_.clear();
   int64_t offset = 0;
   for (size_t index : group) {
     const SparseTensor& in = *tensors[index].sparse;
     coalesced_offsets_.push_back(offset);
     for (int64_t id : in.ids()) coalesced_ids_.push_back(id + offset);
-    coalesced_values_.insert(coalesced_values_.end(), in.values().begin(), in.values().end());
+    const std::span<const T> values = in.values<T>();  // one dtype (CoalescedGroups)
+    values_in.insert(values_in.end(), values.begin(), values.end());
     offset += in.rows();  // CoalescedGroups checked the total
   }
-  SparseTensor input = SparseTensor::FromSorted(offset, width, std::move(coalesced_ids_),
-                                                std::move(coalesced_values_), std::move(name));
+  SparseTensor input = SparseTensor::FromSorted<T>(offset, width, std::move(coalesced_ids_),
+                                                   std::move(values_in), std::move(name));
   Scheme& s = scheme(SchemeOf(first, options_.scheme, registry_), first.rank_order);
   const SparseTensor sum = s.Sync(*comm_, input, CallOptions(first));
   // The input's storage back for the next batch (after an error the next
   // batch allocates it anew).
   coalesced_ids_ = std::move(input).TakeIds();
-  coalesced_values_ = std::move(input).TakeValues();
+  values_in = std::move(input).template TakeValues<T>();
 
   // Each tensor's part of the sum: the result's ids are sorted, so a slice.
   const std::span<const int64_t> ids = sum.ids();
-  const std::span<const float> values = sum.values();
+  const std::span<const T> values = sum.values<T>();
   for (size_t k = 0; k < group.size(); ++k) {
     BatchTensor& t = tensors[group[k]];
     const int64_t lo_id = coalesced_offsets_[k];
@@ -528,45 +535,68 @@ void Context::SyncCoalesced(const std::string& batch, std::vector<BatchTensor>& 
     const size_t end = static_cast<size_t>(hi - ids.begin());
     if (t.into) {  // Scheme::SyncInto's contract
       WriteRowsInto(ids.subspan(begin, end - begin), values.subspan(begin * w, (end - begin) * w),
-                    width, lo_id, t.sparse_into.as<float>(), static_cast<float>(t.divisor));
+                    width, lo_id, t.sparse_into.as<T>(), static_cast<AccumOf<T>>(t.divisor));
       continue;
     }
-    // Into the output's own storage where it has some (no allocation when
-    // the caller reuses its outputs).
+    // Into the output's own storage where it has some of this dtype (no
+    // allocation when the caller reuses its outputs).
     std::vector<int64_t> out_ids = std::move(*t.sparse_out).TakeIds();
-    std::vector<float> out_values = std::move(*t.sparse_out).TakeValues();
+    std::vector<T> out_values;
+    if (t.sparse_out->dtype() == DTypeOf<T>) {
+      out_values = std::move(*t.sparse_out).template TakeValues<T>();
+    }
     out_ids.resize(end - begin);
     for (size_t i = begin; i < end; ++i) out_ids[i - begin] = ids[i] - lo_id;
     out_values.assign(values.begin() + static_cast<ptrdiff_t>(begin * w),
                       values.begin() + static_cast<ptrdiff_t>(end * w));
-    *t.sparse_out = SparseTensor::FromSorted(t.rows, width, std::move(out_ids),
-                                             std::move(out_values), t.name);
+    *t.sparse_out = SparseTensor::FromSorted<T>(t.rows, width, std::move(out_ids),
+                                                std::move(out_values), t.name);
   }
 }
 
 void Context::SyncCoalescedDense(const std::string& batch, std::vector<BatchTensor>& tensors,
                                  std::span<const size_t> group) {
+  WithValueType(tensors[group.front()].value_type(),
+                [&]<typename T>() { SyncCoalescedDenseOf<T>(batch, tensors, group); });
+}
+
+template <typename T>
+void Context::SyncCoalescedDenseOf(const std::string& batch, std::vector<BatchTensor>& tensors,
+                                   std::span<const size_t> group) {
   const BatchTensor& first = tensors[group.front()];
-  coalesced_dense_.clear();  // capacity kept from batch to batch
+  std::vector<T>& buffer = coalesced_dense_.Of<T>();
+  buffer.clear();  // capacity kept from batch to batch
   int64_t rows = 0;
   for (size_t index : group) {
     const BatchTensor& t = tensors[index];
-    const std::span<const float> values = t.dense.as<float>();  // float32 (CoalescedGroups)
-    coalesced_dense_.insert(coalesced_dense_.end(), values.begin(), values.end());
+    const std::span<const T> values = t.dense.as<T>();  // one dtype (CoalescedGroups)
+    buffer.insert(buffer.end(), values.begin(), values.end());
     rows += t.rows;  // CoalescedGroups checked the total
   }
   const std::string name = detail::Concat(batch, ": ", group.size(),
                                           " dense tensors coalesced ('", first.name, "', ...)");
   Scheme& s = scheme(SchemeOf(first, options_.scheme, registry_), first.rank_order);
-  s.SyncDense(*comm_, coalesced_dense_, rows, first.width, name, CallOptions(first));
+  s.SyncDense(*comm_, std::span<T>(buffer), rows, first.width, name, CallOptions(first));
   size_t at = 0;
   for (size_t index : group) {
     BatchTensor& t = tensors[index];
-    std::copy_n(coalesced_dense_.begin() + static_cast<ptrdiff_t>(at), t.dense.size(),
-                t.dense.as<float>().begin());
+    std::copy_n(buffer.begin() + static_cast<ptrdiff_t>(at), t.dense.size(),
+                t.dense.as<T>().begin());
     at += t.dense.size();
   }
 }
+
+// Explicit instantiations: the two entries above reach these only through
+// WithValueType's generic lambda, which clang 14 does not instantiate them
+// from (undefined references at link time).
+#define ZEN_INSTANTIATE(T, ...)                                                               \
+  template void Context::SyncCoalescedOf<T>(const std::string&, std::vector<BatchTensor>&,    \
+                                            std::span<const size_t>);                         \
+  template void Context::SyncCoalescedDenseOf<T>(const std::string&,                         \
+                                                 std::vector<BatchTensor>&,                   \
+                                                 std::span<const size_t>);
+ZEN_FOR_EACH_VALUE_TYPE(ZEN_INSTANTIATE)
+#undef ZEN_INSTANTIATE
 
 void Context::Execute(const Job& job) {
   if (job.work) return job.work(*comm_);

@@ -13,14 +13,18 @@
 // same tensors (names, shapes, schemes) and that no rank rejected its input;
 // then the data moves without a metadata round per tensor. Sparse tensors
 // that share a scheme which adds the ranks' values in rank order
-// (SchemeInfo::rank_order: zen, agsparse, omnireduce) or "auto", their wire
-// values, rank-order requirement and width are coalesced: their rows are
+// (SchemeInfo::rank_order: zen, agsparse, omnireduce) or a selector
+// (SchemeInfo::selector: auto), their dtype, wire values, rank-order
+// requirement and width are coalesced: their rows are
 // laid end to end (ids offset by the rows before them) and move in one
 // exchange, e.g. one push and one pull for zen, whatever their number; each
 // sum is bit for bit what a call of its own gives (the same additions in the
-// same order). Dense tensors without a sum order are coalesced the same way
-// among themselves (their buffers laid end to end, summed by one SyncDense,
-// each slice copied back): a top-k hook's biases and norms. Only sparse
+// same order; a 16-bit value is rounded where it would be alone). Dense
+// tensors without a sum order are coalesced the same way among themselves
+// (their buffers laid end to end, summed by one SyncDense, each slice copied
+// back): a top-k hook's biases and norms. Every dtype coalesces (a group
+// holds one dtype); the buffers are kept per value type from batch to
+// batch. Only sparse
 // tensors of at most 2^22 elements (rows x width) are coalesced, up to 2^24
 // per exchange, and dense ones of at most 2^15, up to 2^17: for larger ones
 // the copy and the larger messages cost more than the rounds saved
@@ -62,12 +66,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "zen/comm/communicator.h"
+#include "zen/core/dtype.h"
 #include "zen/core/sparse_tensor.h"
 #include "zen/schemes/registry.h"
 #include "zen/schemes/scheme.h"
@@ -84,7 +90,8 @@ struct BatchTensor {
   // kDense: [rows x width] of any dtype (dtype.h), summed in place: float32
   // and float64 in their own precision, bfloat16 and float16 in float,
   // rounded where the scheme stores (a dtype other than float32 needs a
-  // scheme that declares it: SyncCapabilities::dtypes; "auto" picks one).
+  // scheme that declares it: SyncCapabilities::dtypes; a selector such as
+  // "auto" picks one).
   DenseValues dense;
   const SparseTensor* sparse = nullptr;  // kSparse: this rank's input
   SparseTensor* sparse_out = nullptr;    // kSparse: receives the sum
@@ -101,21 +108,23 @@ struct BatchTensor {
   std::string dtype;
   // Values on the wire: float32, or bfloat16/float16 (half the value bytes;
   // sums stay float32): SyncOptions::values. Half widths need a scheme
-  // whose registry entry declares SyncCapabilities::narrow_values ("auto"
-  // then means the first such entry); the ranks must agree.
+  // whose registry entry declares SyncCapabilities::narrow_values (a
+  // selector such as "auto" then means the first such entry); the ranks
+  // must agree.
   WireValues values = WireValues::kFloat32;
   // kDense only: the order in which ranks' values are added, per element
   // (SyncOptions::sum_order: (first element, start rank) steps; empty:
   // ascending ranks). zen.torch passes Gloo's ring order so that its sums
   // are plain DDP's bit for bit. Needs a scheme that declares
-  // SyncCapabilities::sum_order ("auto" then means the first such entry);
-  // the ranks must agree.
+  // SyncCapabilities::sum_order (a selector then means the first such
+  // entry); the ranks must agree.
   std::vector<SumStep> sum_order;
   // The sum must be the ranks' values added in ascending rank order on
   // every rank, bit for bit (PyTorch's Gloo sparse allreduce; zen.torch
-  // asks for it on DDP's sparse gradients): "auto" then chooses only among
-  // the schemes that sum so (SchemeInfo::rank_order), and another scheme
-  // that does not is InvalidArgument. The ranks must agree.
+  // asks for it on DDP's sparse gradients): a selector ("auto") then
+  // chooses only among the schemes that sum so (SchemeInfo::rank_order,
+  // rank_order_factory), and another scheme that does not is
+  // InvalidArgument. The ranks must agree.
   bool rank_order = false;
   // Set when this rank cannot synchronize the tensor (e.g. an unsupported
   // dtype seen by a binding): every rank then raises InvalidArgument for
@@ -133,6 +142,9 @@ struct BatchTensor {
 struct ContextOptions {
   std::string scheme = "auto";  // default scheme id for tensors that name none
   SchemeOptions scheme_options;
+  // The schemes the tensors' ids name; empty: AllSchemes() (every builtin
+  // scheme and auto). The context reads only what each entry declares.
+  std::optional<SchemeRegistry> registry;
 };
 
 // The completion of one Start(). Copyable; all copies see the same state.
@@ -238,15 +250,25 @@ class Context {
   // buffer, summed by one SyncDense, each slice copied back.
   void SyncCoalescedDense(const std::string& batch, std::vector<BatchTensor>& tensors,
                           std::span<const size_t> group);
+  // Their bodies for the group's value type T.
+  template <typename T>
+  void SyncCoalescedOf(const std::string& batch, std::vector<BatchTensor>& tensors,
+                       std::span<const size_t> group);
+  template <typename T>
+  void SyncCoalescedDenseOf(const std::string& batch, std::vector<BatchTensor>& tensors,
+                            std::span<const size_t> group);
 
   std::unique_ptr<Communicator> owned_;
   Communicator* comm_;
-  SchemeRegistry registry_;  // AllSchemes(), built once: ids, rank_order
-  // SyncCoalesced's input, reused from batch to batch (progress thread only).
+  SchemeRegistry registry_;  // options.registry or AllSchemes(), built once
+  // SyncCoalesced's input, reused from batch to batch (progress thread
+  // only), its values kept per value type.
+  template <typename T>
+  using Values = std::vector<T>;
   std::vector<int64_t> coalesced_ids_;
-  std::vector<float> coalesced_values_;
+  PerValueType<Values> coalesced_values_;
   std::vector<int64_t> coalesced_offsets_;
-  std::vector<float> coalesced_dense_;  // SyncCoalescedDense's buffer
+  PerValueType<Values> coalesced_dense_;  // SyncCoalescedDense's buffers
   ContextOptions options_;
   std::mutex schemes_mu_;
   std::map<std::string, std::unique_ptr<Scheme>> schemes_;

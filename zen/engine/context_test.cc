@@ -50,9 +50,39 @@ std::vector<SparseTensor> Inputs(int64_t rows, int64_t width, double density, ui
 }
 
 // Whether the engine coalesces a batch's tensors of this scheme (schemes
-// that add in rank order, and auto).
+// that add in rank order, and selectors: auto).
 bool Coalesces(const std::string& scheme) {
-  return scheme == "zen" || scheme == "agsparse" || scheme == "omnireduce" || scheme == "auto";
+  const SchemeInfo* info = AllSchemes().Find(scheme);
+  return info->rank_order || info->selector;
+}
+
+// Each element of the ranks' dense buffers summed in a sum order
+// (SyncOptions::sum_order) written out: from its step's start rank
+// cyclically downward.
+std::vector<float> SumInOrder(const std::vector<std::vector<float>>& in,
+                              std::span<const SumStep> order) {
+  const int world = static_cast<int>(in.size());
+  std::vector<float> want(in[0].size());
+  for (size_t e = 0; e < want.size(); ++e) {
+    int start = 0;
+    for (const auto& [first, s] : order) {
+      if (static_cast<int64_t>(e) >= first) start = s;
+    }
+    float acc = in[static_cast<size_t>(start)][e];
+    for (int k = 1; k < world; ++k) acc = in[static_cast<size_t>((start - k + world) % world)][e] + acc;
+    want[e] = acc;
+  }
+  return want;
+}
+
+// The ranks' sparse inputs added in ascending rank order, densely.
+std::vector<float> SumInRankOrder(const std::vector<SparseTensor>& in) {
+  std::vector<float> want = in[0].ToDense();
+  for (size_t r = 1; r < in.size(); ++r) {
+    const std::vector<float> x = in[r].ToDense();
+    for (size_t e = 0; e < want.size(); ++e) want[e] = want[e] + x[e];
+  }
+  return want;
 }
 
 // Messages sent by a batch whose tensors form two exchanges (`all`) against a
@@ -576,16 +606,7 @@ TEST_P(ContextTest, SumOrderIsAgreedAndUsesZen) {
   // Independent reference: the order written out per element.
   std::vector<std::vector<float>> in(kWorld);
   for (int r = 0; r < kWorld; ++r) in[static_cast<size_t>(r)] = b.inputs[1][static_cast<size_t>(r)].ToDense();
-  std::vector<float> want(in[0].size());
-  for (size_t e = 0; e < want.size(); ++e) {
-    int start = 0;
-    for (const auto& [first, s] : order) {
-      if (static_cast<int64_t>(e) >= first) start = s;
-    }
-    float acc = in[static_cast<size_t>(start)][e];
-    for (int k = 1; k < kWorld; ++k) acc = in[static_cast<size_t>((start - k + kWorld) % kWorld)][e] + acc;
-    want[e] = acc;
-  }
+  const std::vector<float> want = SumInOrder(in, order);
   std::vector<std::string> what(kWorld), invalid(kWorld);
   testing::RunRanks(
       Backend::kGlooTcp, kWorld,
@@ -653,12 +674,8 @@ TEST_P(ContextTest, SumOrderIsAgreedAndUsesZen) {
 TEST_P(ContextTest, RankOrderIsHonouredOrRefused) {
   const Bucket b;
   const std::vector<SparseTensor>& in = b.inputs[3];
-  std::vector<float> want = in[0].ToDense();
-  for (int r = 1; r < kWorld; ++r) {
-    const std::vector<float> x = in[static_cast<size_t>(r)].ToDense();
-    for (size_t e = 0; e < want.size(); ++e) want[e] = want[e] + x[e];
-  }
-  const bool honours = GetParam() == "auto" || AllSchemes().Find(GetParam())->rank_order;
+  const std::vector<float> want = SumInRankOrder(in);
+  const bool honours = SchemeRegistry::SumsInRankOrder(*AllSchemes().Find(GetParam()));
   std::vector<std::string> refused(kWorld);
   testing::RunRanks(
       Backend::kInProc, kWorld,
@@ -928,6 +945,264 @@ TEST_P(ContextTest, SixteenBitTensorsAreSummedAtTheirOwnWidth) {
           EXPECT_NEAR(Widen(into[i]), want[i] / 2, tol / 2) << "rank " << r << " " << i;
         }
         EXPECT_EQ(sum.dtype(), DType::kFloat16);
+      },
+      kTimeout);
+}
+
+// The ranks' float32 inputs as values of T (each value rounded to T once).
+template <typename T>
+std::vector<SparseTensor> AsValueType(const std::vector<SparseTensor>& inputs) {
+  std::vector<SparseTensor> out;
+  for (const SparseTensor& in : inputs) {
+    std::vector<T> values;
+    for (float v : in.values()) values.push_back(Narrow<T>(static_cast<AccumOf<T>>(v)));
+    out.push_back(SparseTensor::FromSorted<T>(
+        in.rows(), in.width(), std::vector<int64_t>(in.ids().begin(), in.ids().end()),
+        std::move(values), in.name()));
+  }
+  return out;
+}
+
+template <typename T>
+void ExpectSameBytes(std::span<const T> got, std::span<const T> want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const std::span<const std::byte> a = std::as_bytes(got), b = std::as_bytes(want);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i], b[i]) << what << " value " << i / sizeof(T);
+  }
+}
+
+// The reference's tolerance for sums of T: float64 is exact but for the
+// order of additions; 16-bit sums are rounded to T (per hop on the ring
+// and sparcml).
+template <typename T>
+double Tolerance() {
+  if constexpr (std::is_same_v<T, double>) return 1e-12;
+  if constexpr (std::is_same_v<T, Bfloat16>) return 0x1p-5;
+  return 0x1p-8;
+}
+
+// Sparse tensors of one width and dense tensors of one width, of dtype T,
+// each kind in a batch of its own: a coalescing scheme sends a batch's
+// tensors as one exchange (as many messages as a batch of one tensor),
+// and each sum is bit for bit what a call of its own gives; every sum
+// matches the independent reference.
+template <typename T>
+void ExpectCoalescedAsAlone(const std::string& scheme, std::mutex& mu) {
+  const std::string type = DTypeName(DTypeOf<T>);
+  const std::vector<std::string> sparse_names = {"emb.a", "emb.one", "emb.none", "emb.into"};
+  const std::vector<std::vector<SparseTensor>> sparse = {
+      AsValueType<T>(Inputs(700, 4, 0.05, 41, sparse_names[0])),
+      AsValueType<T>(Inputs(1, 4, 1.0, 42, sparse_names[1])),
+      std::vector<SparseTensor>(kWorld, SparseTensor::Empty(300, 4, sparse_names[2], DTypeOf<T>)),
+      AsValueType<T>(Inputs(400, 4, 0.1, 43, sparse_names[3]))};
+  const std::vector<std::string> dense_names = {"norm.a", "bias.b", "zero.c"};
+  const std::vector<std::vector<SparseTensor>> dense_in = {
+      AsValueType<T>(Inputs(64, 1, 1.0, 44, dense_names[0])),
+      AsValueType<T>(Inputs(37, 1, 1.0, 45, dense_names[1])),
+      std::vector<SparseTensor>(kWorld, SparseTensor::Empty(20, 1, dense_names[2], DTypeOf<T>))};
+  constexpr double kDivisor = 4.0;
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        const std::string where = type + " rank " + std::to_string(r);
+        Context ctx(comm, Opt(scheme));
+        std::vector<SparseTensor> sums(3);
+        std::vector<T> into(400 * 4, Narrow<T>(AccumOf<T>{-1}));
+        auto run_sparse = [&](size_t tensors) {
+          std::vector<BatchTensor> batch;
+          for (size_t t = 0; t < std::min<size_t>(tensors, 3); ++t) {
+            batch.push_back(BatchTensor::Sparse(sparse_names[t], sparse[t][r], &sums[t]));
+          }
+          if (tensors == 4) {
+            batch.push_back(BatchTensor::SparseInto(sparse_names[3], sparse[3][r],
+                                                    std::span<T>(into), kDivisor));
+          }
+          const uint64_t before = comm.counters().messages_sent();
+          ctx.Sync(type + ".sparse" + std::to_string(tensors), batch);
+          return comm.counters().messages_sent() - before;
+        };
+        std::vector<std::vector<T>> dense(dense_names.size());
+        auto run_dense = [&](size_t tensors) {
+          std::vector<BatchTensor> batch;
+          for (size_t t = 0; t < tensors; ++t) {
+            dense[t] = dense_in[t][r].template ToDense<T>();
+            batch.push_back(BatchTensor::Dense(dense_names[t], std::span<T>(dense[t]),
+                                               dense_in[t][r].rows(), 1));
+          }
+          const uint64_t before = comm.counters().messages_sent();
+          ctx.Sync(type + ".dense" + std::to_string(tensors), batch);
+          return comm.counters().messages_sent() - before;
+        };
+        const auto [sparse_all, sparse_one] = AllAndOne(run_sparse, 4);
+        const auto [dense_all, dense_one] = AllAndOne(run_dense, dense_names.size());
+        auto own = AllSchemes().Create(scheme);
+        for (size_t t = 0; t < sparse_names.size(); ++t) {
+          const SparseTensor alone = own->Sync(comm, sparse[t][r]);
+          const DenseReference reference(sparse[t]);
+          const std::string what = sparse_names[t] + " " + where;
+          std::vector<T> expected(into.size());
+          if (t == 3) WriteInto(alone, std::span<T>(expected), kDivisor);
+          std::lock_guard lock(mu);
+          if (t < 3) {
+            const Agreement a = reference.Compare(sums[t]);
+            EXPECT_LE(a.max_rel_error, Tolerance<T>()) << what;
+            EXPECT_EQ(a.rows_mismatch, 0) << what;
+            EXPECT_EQ(sums[t].dtype(), DTypeOf<T>) << what;
+            EXPECT_EQ(sums[t].name(), sparse_names[t]) << what;
+          }
+          if (scheme == "auto") continue;  // may choose another scheme for the whole
+          if (t < 3) {
+            EXPECT_TRUE(std::ranges::equal(sums[t].ids(), alone.ids())) << what;
+            ExpectSameBytes(sums[t].values<T>(), alone.values<T>(), what);
+          } else {
+            ExpectSameBytes(std::span<const T>(into), std::span<const T>(expected), what);
+          }
+        }
+        for (size_t t = 0; t < dense_names.size(); ++t) {
+          std::vector<T> alone = dense_in[t][r].template ToDense<T>();
+          own->SyncDense(comm, std::span<T>(alone), dense_in[t][r].rows(), 1, dense_names[t]);
+          const Agreement a = DenseReference(dense_in[t]).CompareDense(std::span<const T>(dense[t]));
+          const std::string what = dense_names[t] + " " + where;
+          std::lock_guard lock(mu);
+          EXPECT_LE(a.max_rel_error, Tolerance<T>()) << what;
+          if (scheme == "auto") continue;
+          ExpectSameBytes(std::span<const T>(dense[t]), std::span<const T>(alone), what);
+        }
+        if (scheme == "auto") return;  // auto's profiling rounds depend on its schedule
+        std::lock_guard lock(mu);
+        if (Coalesces(scheme)) {
+          EXPECT_EQ(sparse_all, sparse_one) << where << ": the sparse tensors were not coalesced";
+          EXPECT_EQ(dense_all, dense_one) << where << ": the dense tensors were not coalesced";
+        } else {
+          EXPECT_GT(sparse_all, sparse_one) << where;
+          EXPECT_GT(dense_all, dense_one) << where;
+        }
+      },
+      kTimeout);
+}
+
+// Every dtype coalesces: float64, bfloat16 and float16 batches as the float32
+// ones above (a 16-bit sum rounds where it rounds alone).
+TEST_P(ContextTest, TensorsOfEveryDTypeCoalesceAndMatchTheirOwnCalls) {
+  ExpectCoalescedAsAlone<double>(GetParam(), mu_);
+  ExpectCoalescedAsAlone<Bfloat16>(GetParam(), mu_);
+  ExpectCoalescedAsAlone<Float16>(GetParam(), mu_);
+}
+
+// The engine reads what a registry entry declares, never its id: auto's
+// entry registered as "pick" (SchemeInfo::selector) is routed like auto. A
+// dense tensor with a sum order goes to the first entry that declares one
+// (summed in that order, bit for bit); a sparse tensor that requires rank
+// order is summed in rank order by the entry's rank_order_factory (a
+// selector choosing among rank-order schemes only); sparse tensors of one
+// width coalesce ("pick-zen", forced to zen: the batch sends what one tensor
+// does). The same entry without the flag and factory ("plain") refuses
+// the sum order and the rank order, and does not coalesce.
+TEST(ContextRegistryTest, AnEntryDeclaredASelectorIsRoutedLikeAuto) {
+  AutoOptions forced;
+  forced.force = "zen";
+  SchemeInfo pick = AutoSchemeInfo();
+  pick.id = "pick";
+  SchemeInfo pick_zen = AutoSchemeInfo(forced);
+  pick_zen.id = "pick-zen";
+  SchemeInfo plain = AutoSchemeInfo(forced);
+  plain.id = "plain";
+  plain.selector = false;
+  plain.rank_order_factory = {};
+  SchemeRegistry registry = BuiltinSchemes();
+  for (SchemeInfo* info : {&pick, &pick_zen, &plain}) registry.Add(*info);
+
+  const Bucket b;
+  const std::vector<SumStep> order = {{0, 2}, {11, 0}, {25, 1}};
+  std::vector<std::vector<float>> bias(kWorld);
+  for (size_t r = 0; r < kWorld; ++r) bias[r] = b.inputs[1][r].ToDense();
+  const std::vector<float> want_ordered = SumInOrder(bias, order);
+  const std::vector<float> want_ranked = SumInRankOrder(b.inputs[3]);
+  std::mutex mu;
+  testing::RunRanks(
+      Backend::kGlooTcp, kWorld,
+      [&](Communicator& comm) {
+        const size_t r = static_cast<size_t>(comm.rank());
+        ContextOptions options;
+        options.registry = registry;
+        options.scheme = "pick";
+        Context ctx(comm, options);
+        // A sum order: routed to an entry that declares it, or refused.
+        for (const std::string scheme : {"pick", "plain"}) {
+          std::vector<float> c = bias[r];
+          std::vector<BatchTensor> batch = {BatchTensor::Dense(b.names[1], c, 37, 1)};
+          batch[0].scheme = scheme;
+          batch[0].sum_order = order;
+          if (scheme == "plain") {
+            try {
+              ctx.Sync("ordered", batch);
+              std::lock_guard lock(mu);
+              ADD_FAILURE() << "plain accepted a sum order";
+            } catch (const InvalidArgument& e) {
+              std::lock_guard lock(mu);
+              EXPECT_NE(std::string(e.what()).find("sum order needs"), std::string::npos) << e.what();
+            }
+            continue;
+          }
+          ctx.Sync("ordered", batch);
+          std::lock_guard lock(mu);
+          ExpectSameBits(c, want_ordered, "pick with a sum order, rank " + std::to_string(r));
+        }
+        // Rank order: honoured by the selector, refused by the plain entry.
+        for (const std::string scheme : {"pick", "plain"}) {
+          SparseTensor sum;
+          std::vector<BatchTensor> batch = {BatchTensor::Sparse(b.names[3], b.inputs[3][r], &sum)};
+          batch[0].scheme = scheme;
+          batch[0].rank_order = true;
+          if (scheme == "plain") {
+            try {
+              ctx.Sync("ranked", batch);
+              std::lock_guard lock(mu);
+              ADD_FAILURE() << "plain accepted rank order";
+            } catch (const InvalidArgument& e) {
+              std::lock_guard lock(mu);
+              EXPECT_NE(std::string(e.what()).find("does not sum in rank order"), std::string::npos)
+                  << e.what();
+            }
+            continue;
+          }
+          ctx.Sync("ranked", batch);
+          const auto& chooser = dynamic_cast<const AutoScheme&>(ctx.scheme("pick", true));
+          const AutoDecision* d = chooser.decision(b.names[3]);
+          std::lock_guard lock(mu);
+          ExpectSameBits(sum.ToDense(), want_ranked, "pick in rank order, rank " + std::to_string(r));
+          ASSERT_NE(d, nullptr);
+          EXPECT_TRUE(AllSchemes().Find(d->chosen)->rank_order) << d->chosen;
+        }
+        // Coalescing: three sparse tensors of one width against one.
+        auto messages = [&](const std::string& scheme, size_t tensors) {
+          std::vector<SparseTensor> sums(tensors);
+          std::vector<BatchTensor> batch;
+          for (size_t t = 0; t < tensors; ++t) {
+            batch.push_back(BatchTensor::Sparse("emb" + std::to_string(t), b.inputs[3][r], &sums[t]));
+            batch.back().scheme = scheme;
+          }
+          const uint64_t before = comm.counters().messages_sent();
+          ctx.Sync(scheme + std::to_string(tensors), batch);
+          const uint64_t sent = comm.counters().messages_sent() - before;
+          const DenseReference reference(b.inputs[3]);
+          std::lock_guard lock(mu);
+          for (const SparseTensor& s : sums) ExpectAgrees(reference.Compare(s), scheme);
+          return sent;
+        };
+        for (const std::string scheme : {"pick-zen", "plain"}) {
+          messages(scheme, 3);  // zen agrees on its seed on first use
+          const uint64_t three = messages(scheme, 3);
+          const uint64_t one = messages(scheme, 1);
+          std::lock_guard lock(mu);
+          if (scheme == "plain") {
+            EXPECT_GT(three, one) << "rank " << r << ": plain coalesced";
+          } else {
+            EXPECT_EQ(three, one) << "rank " << r << ": pick-zen did not coalesce";
+          }
+        }
       },
       kTimeout);
 }

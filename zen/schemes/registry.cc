@@ -35,8 +35,8 @@ const SchemeInfo* SchemeRegistry::Find(std::string_view id) const {
   return nullptr;
 }
 
-std::unique_ptr<Scheme> SchemeRegistry::Create(std::string_view id,
-                                               const SchemeOptions& options) const {
+std::unique_ptr<Scheme> SchemeRegistry::Create(std::string_view id, const SchemeOptions& options,
+                                               bool rank_order) const {
   const SchemeInfo* info = Find(id);
   if (!info) {
     std::string known;
@@ -44,7 +44,12 @@ std::unique_ptr<Scheme> SchemeRegistry::Create(std::string_view id,
     throw InvalidArgument("unknown scheme '" + std::string(id) + "' (known: " + known + ")");
   }
   ValidateSchemeOptions(options, info->id);
-  std::unique_ptr<Scheme> scheme = info->factory(options);
+  if (rank_order && !SumsInRankOrder(*info)) {
+    throw InvalidArgument("scheme '" + info->id + "' does not sum in rank order");
+  }
+  const SchemeFactory& factory =
+      rank_order && !info->rank_order ? info->rank_order_factory : info->factory;
+  std::unique_ptr<Scheme> scheme = factory(options);
   scheme->set_check_agreement(options.check_agreement);
   return scheme;
 }

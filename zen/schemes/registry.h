@@ -49,9 +49,21 @@ struct SchemeInfo {
   // True when every rank's float32 sum of a sparse input is the ranks'
   // values added in ascending rank order, ((x0 + x1) + x2) + ..., bit for
   // bit (what PyTorch's Gloo sparse allreduce computes; checked for every
-  // entry that says so by all_schemes_test.cc). `auto` with
-  // AutoOptions::rank_order chooses only among these.
+  // entry that says so by all_schemes_test.cc). A selector built by
+  // rank_order_factory chooses only among these.
   bool rank_order = false;
+  // True for an entry that sums nothing itself but routes each call to one
+  // of the registry's other entries (auto). Its capabilities are what it
+  // routes; the engine hands a tensor whose options need more (a sum order,
+  // narrow wire values) to the first other entry that declares them, and
+  // coalesces a batch's tensors for it as for an entry with rank_order
+  // (each group is one call it routes).
+  bool selector = false;
+  // For an entry without rank_order: builds an instance whose sums are in
+  // rank order all the same (a selector choosing only among the entries
+  // with rank_order), for tensors that require it (SchemeRegistry::Create
+  // with rank_order). Empty: only an entry with rank_order serves them.
+  SchemeFactory rank_order_factory = {};
   // What the scheme takes per call beyond the defaults (SyncOptions): the
   // same constant its objects return from Scheme::capabilities(). The
   // engine reads it to route or refuse a tensor's options, naming the
@@ -82,10 +94,20 @@ class SchemeRegistry {
   std::vector<SchemeInfo> schemes() && { return std::move(schemes_); }
   const SchemeInfo* Find(std::string_view id) const;
   // The entry's factory, with the options' check_agreement applied.
-  std::unique_ptr<Scheme> Create(std::string_view id, const SchemeOptions& options = {}) const;
+  // `rank_order`: an instance whose sums are the ranks' values added in
+  // ascending rank order (the entry's factory when it has rank_order, else
+  // its rank_order_factory); InvalidArgument when the entry has neither.
+  std::unique_ptr<Scheme> Create(std::string_view id, const SchemeOptions& options = {},
+                                 bool rank_order = false) const;
   std::vector<std::string> ids() const;
   // The ids with a cost function, in registry order.
   std::vector<std::string> modeled() const;
+
+  // Whether Create(info.id, options, /*rank_order=*/true) can build the
+  // entry: it has rank_order or a rank_order_factory.
+  static bool SumsInRankOrder(const SchemeInfo& info) {
+    return info.rank_order || static_cast<bool>(info.rank_order_factory);
+  }
 
   // The entry's own answer: info.supports, else a built instance's.
   static Support Supports(const SchemeInfo& info, const SparsityProfile& profile,

@@ -117,6 +117,43 @@ TEST(SchemeRegistryTest, EntriesNeedAFactoryAndUniqueIds) {
   EXPECT_THROW(reg.Add(SchemeInfo{"b", "no factory", nullptr}), InvalidArgument);
 }
 
+// Create with rank_order builds an entry with rank_order by its factory and
+// one with a rank_order_factory by that factory (with the options'
+// check_agreement applied); an entry with neither is InvalidArgument naming
+// it. SumsInRankOrder says which.
+TEST(SchemeRegistryTest, CreateInRankOrderUsesTheEntrysRankOrderFactory) {
+  SchemeRegistry reg;
+  const auto made = [](const char* which) {
+    return [which](const SchemeOptions&) { return BuiltinSchemes().Create(which); };
+  };
+  SchemeInfo ordered{"ordered", "sums in rank order", made("zen")};
+  ordered.rank_order = true;
+  SchemeInfo chooser{"chooser", "routes", made("sparcml")};
+  chooser.selector = true;
+  chooser.rank_order_factory = made("agsparse");
+  SchemeInfo neither{"neither", "sums in no fixed order", made("sparcml")};
+  for (SchemeInfo* info : {&ordered, &chooser, &neither}) reg.Add(*info);
+  EXPECT_TRUE(SchemeRegistry::SumsInRankOrder(*reg.Find("ordered")));
+  EXPECT_TRUE(SchemeRegistry::SumsInRankOrder(*reg.Find("chooser")));
+  EXPECT_FALSE(SchemeRegistry::SumsInRankOrder(*reg.Find("neither")));
+  SchemeOptions off;
+  off.check_agreement = false;
+  EXPECT_EQ(reg.Create("ordered", off, /*rank_order=*/true)->name(), "zen");
+  EXPECT_EQ(reg.Create("chooser", {}, /*rank_order=*/false)->name(), "sparcml");
+  const std::unique_ptr<Scheme> ranked = reg.Create("chooser", off, /*rank_order=*/true);
+  EXPECT_EQ(ranked->name(), "agsparse");
+  EXPECT_FALSE(ranked->check_agreement());
+  EXPECT_EQ(reg.Create("neither")->name(), "sparcml");
+  try {
+    reg.Create("neither", {}, /*rank_order=*/true);
+    ADD_FAILURE() << "an entry without rank order was built for it";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("scheme 'neither' does not sum in rank order"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // SchemeOptions::check_agreement reaches every scheme Create builds: with it
 // off, a call sends exactly the metadata records fewer (56 bytes to each
 // peer) and the same sum, the dense reference's.
