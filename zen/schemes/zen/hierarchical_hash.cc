@@ -131,27 +131,16 @@ void HierarchicalHashPartitioner::SparseOf(std::span<const int64_t> ids, std::sp
       config_.expected_rows >= 0 ? config_.expected_rows : m, out);
 }
 
-template <typename T, typename Source>
-void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64_t width,
-                                      const RowOwner& owner, int64_t expected,
-                                      PartitionsOf<T>& out) {
-  const int n = owner.servers();
-  const size_t un = static_cast<size_t>(n);
-  const int64_t per_server = (expected + n - 1) / n;
-  const int64_t r1 = std::max<int64_t>(
-      config_.min_slots,
-      static_cast<int64_t>(std::ceil(config_.parallel_factor * static_cast<double>(per_server))));
-  const int64_t r2 =
-      std::max<int64_t>(std::max<int64_t>(1, config_.min_slots / 4),
-                        static_cast<int64_t>(std::ceil(config_.serial_fraction * r1)));
+// Level 1 and 2: one pass, every thread on its own contiguous chunk of
+// items; each present item claims a slot of its server's parallel region,
+// else of its serial region, else goes to its thread's spill list.
+template <typename Source>
+void HierarchicalHashPartitioner::Insert(const Source& source, int64_t items,
+                                         const RowOwner& owner, int64_t r1, int64_t r2) {
   Tables& t = *tables_;
-  t.Ensure(n, r1, r2);
-
   const int k = config_.hashes;
   UniversalHash level2[kMaxHashes];
   for (int h = 0; h < k; ++h) level2[h] = UniversalHash(DeriveSeed(config_.seed, h + 1), 2);
-
-  // Insert: one pass, every thread on its own contiguous chunk of items.
   std::vector<ThreadTally>& tally = t.tally;  // reused: no allocation per call
   tally.resize(static_cast<size_t>(ChunkCount(threads_, items, kMinRowsPerChunk)));
   for (ThreadTally& th : tally) {
@@ -186,15 +175,19 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
       }
     });
   });
+}
 
-  // Collect per server: non-empty slots, the serial region, spills; reset
-  // the tables for the next call; sort into id order.
-  // Per-server work in parallel only when there is enough of it (a small
-  // call runs inline: no thread, no allocation).
-  const int server_threads = items >= 2 * kMinRowsPerChunk ? threads_ : 1;
+// Per server: the non-empty slots, the serial region and the spills, in
+// t.chosen[s] sorted into position order; the tables reset for the next call.
+template <typename Source>
+void HierarchicalHashPartitioner::Collect(const Source& source, const RowOwner& owner, int64_t r1,
+                                          int64_t r2, int server_threads) {
+  Tables& t = *tables_;
+  const int n = owner.servers();
+  const std::vector<ThreadTally>& tally = t.tally;
   std::vector<std::vector<KeyItem>>& chosen = t.chosen;
-  chosen.resize(un);
-  t.sort_scratch.resize(un);
+  chosen.resize(static_cast<size_t>(n));
+  t.sort_scratch.resize(static_cast<size_t>(n));
   // The position of item v in its server's domain (Range/Hash: id order).
   auto place = [&](int64_t v) -> KeyItem { return {owner.Locate(source.id(v)).position, v}; };
   ParallelChunks(t.pool, server_threads, n, 1, [&](int, int64_t begin, int64_t end) {
@@ -227,6 +220,30 @@ void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64
                 owner.has_domains() ? owner.DomainSize(static_cast<int>(s)) : INT64_MAX);
     }
   });
+}
+
+template <typename T, typename Source>
+void HierarchicalHashPartitioner::Run(const Source& source, int64_t items, int64_t width,
+                                      const RowOwner& owner, int64_t expected,
+                                      PartitionsOf<T>& out) {
+  const int n = owner.servers();
+  const size_t un = static_cast<size_t>(n);
+  const int64_t per_server = (expected + n - 1) / n;
+  const int64_t r1 = std::max<int64_t>(
+      config_.min_slots,
+      static_cast<int64_t>(std::ceil(config_.parallel_factor * static_cast<double>(per_server))));
+  const int64_t r2 =
+      std::max<int64_t>(std::max<int64_t>(1, config_.min_slots / 4),
+                        static_cast<int64_t>(std::ceil(config_.serial_fraction * r1)));
+  Tables& t = *tables_;
+  t.Ensure(n, r1, r2);
+  Insert(source, items, owner, r1, r2);
+  // Per-server work in parallel only when there is enough of it (a small
+  // call runs inline: no thread, no allocation).
+  const int server_threads = items >= 2 * kMinRowsPerChunk ? threads_ : 1;
+  Collect(source, owner, r1, r2, server_threads);
+  const std::vector<ThreadTally>& tally = t.tally;
+  const std::vector<std::vector<KeyItem>>& chosen = t.chosen;
 
   HierarchicalHashStats st;
   st.expected_rows = expected;

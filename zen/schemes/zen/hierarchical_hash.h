@@ -83,6 +83,11 @@ class HierarchicalHashPartitioner final : public Partitioner {
   template <typename T, typename Source>
   void Run(const Source& source, int64_t items, int64_t width, const RowOwner& owner,
            int64_t expected, PartitionsOf<T>& out);
+  template <typename Source>
+  void Insert(const Source& source, int64_t items, const RowOwner& owner, int64_t r1, int64_t r2);
+  template <typename Source>
+  void Collect(const Source& source, const RowOwner& owner, int64_t r1, int64_t r2,
+               int server_threads);
 
   int threads_;
   HierarchicalHashConfig config_;
